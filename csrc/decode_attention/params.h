@@ -1,0 +1,46 @@
+// Plain description of one decode_attention call, shared by the CUDA kernel,
+// its launcher and the CPU path. No torch headers: device code sees only this.
+#pragma once
+
+#include <cstdint>
+
+namespace flint {
+
+// The fixed model shape the operator is built for.
+constexpr int kHeadDim = 128;                      // per head, q / K / V / out
+constexpr int kGqa = 8;                            // query heads per kv head
+constexpr int kPageTokens = 16;                    // tokens per cache block
+constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V], bf16
+constexpr int kRowBytes = kRowElems * 2;           // 512
+constexpr int kPageBytes = kPageTokens * kRowBytes;  // 8 KB, one bulk copy
+
+static_assert(kPageBytes == 8192, "a page is 16 tokens x [K | V] of 128 bf16 each");
+
+struct DecodeParams {
+  // Strides are in elements, as torch reports them.
+  const uint16_t* q;           // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
+  const uint16_t* kv_cache;    // [num_blocks, num_kv_heads, 16, 256] bf16, HND
+  const int32_t* block_tables; // [batch, max_blocks] int32, stride(1) == 1
+  const int32_t* seq_lens;     // [batch] int32, contiguous
+  const float* sinks;          // [num_kv_heads * 8] fp32, contiguous
+  uint16_t* out;               // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
+
+  // Workspace for the last-CTA merge (unused with one split or a cluster merge).
+  float* part_o;    // [num_partials, 8, 128] fp32 unnormalized split outputs
+  float* part_ml;   // [num_partials, 2, 8] fp32: row max m (unscaled), row sum l
+  int32_t* counters;  // [batch * num_kv_heads] arrivals, zero between launches
+
+  int64_t q_stride_b, q_stride_h;
+  int64_t out_stride_b, out_stride_h;
+  int64_t kv_stride_block, kv_stride_head;
+  int64_t bt_stride_b;
+
+  int batch;
+  int num_kv_heads;
+  int num_blocks;   // kv_cache.size(0): block ids are clamped to it on the GPU
+  int max_blocks;   // block_tables.size(1): seq_lens are clamped to 16 x this
+  int window;       // attend to the last `window` positions; 0 = all
+  float scale_log2; // softmax scale * log2(e)
+};
+
+}  // namespace flint

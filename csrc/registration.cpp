@@ -1,0 +1,21 @@
+// The flint op library: the schema of flint::decode_attention, once. Each
+// backend registers its implementation next to its code (ops/*.cpp); the fake
+// (meta) implementation lives in python/flint_attention/ops.py.
+#include <Python.h>
+
+#include <torch/library.h>
+
+TORCH_LIBRARY(flint, m) {
+  // The CUDA kernel writes into `out`; the Python wrapper returns it.
+  m.def(
+      "decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, "
+      "Tensor sinks, int? window, float scale, Tensor(a!) out) -> ()");
+}
+
+// `import flint_attention._C` loads this library (and so runs the
+// registrations above) without a pybind11 module; the limited API keeps one
+// build valid for every Python >= 3.10.
+extern "C" PyObject* PyInit__C(void) {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module);
+}

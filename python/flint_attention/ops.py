@@ -1,0 +1,74 @@
+"""The Python face of ``torch.ops.flint.decode_attention``: the typed wrapper and
+the fake (meta) implementation used by FakeTensor and ``torch.compile``."""
+
+from __future__ import annotations
+
+import torch
+
+from flint_attention import _C  # noqa: F401  (loads the library, registers the op)
+
+HEAD_DIM = 128
+GQA = 8
+PAGE_TOKENS = 16
+
+
+def flint_decode_attention(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sinks: torch.Tensor,
+    window: int | None,
+    scale: float,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """Paged decode attention with sinks, one query token per request.
+
+    For each request b and query head h (kv head h // 8), with L = seq_lens[b]
+    and the attended positions P = [max(L - window, 0), L) (all of [0, L) when
+    window is None), position p living in cache block block_tables[b, p // 16]
+    at row p % 16:
+
+        s_p = scale * q[b, h] . K[p]
+        out[b, h] = sum_p exp(s_p) V[p] / (sum_p exp(s_p) + exp(sinks[h]))
+
+    computed as the CUDA kernel does it: bf16 inputs, fp32 accumulation, P
+    rounded to bf16 for P V. ``seq_lens[b] == 0`` writes zeros.
+
+    CUDA-graph safe: the launch shape depends only on the batch size and the
+    number of kv heads; sequence lengths and block tables are read on the device.
+
+    Args:
+        q: [B, num_heads, 128] bf16 queries, num_heads = 8 * num_kv_heads; the
+            last dim contiguous, rows 16-byte aligned.
+        kv_cache: [num_blocks, num_kv_heads, 16, 256] bf16 HND cache with K in
+            ``[..., :128]`` and V in ``[..., 128:]``; each (block, kv head) page
+            contiguous and 16-byte aligned (a strided view of a larger
+            allocation is fine).
+        block_tables: [B, max_blocks] int32 block ids, rows contiguous.
+        seq_lens: [B] int32 KV lengths including the current token (0 writes
+            zeros). On the GPU, ``0 <= seq_lens[b] <= 16 * max_blocks`` and the
+            block ids used are a contract, not checked (checking would need a
+            sync); the CPU path checks them and raises.
+        sinks: [num_heads] fp32 sink logits.
+        window: attend to the last ``window`` positions (>= 1), or None for all.
+        scale: softmax scale, finite and > 0 (usually 128 ** -0.5).
+        out: [B, num_heads, 128] bf16 output, written in place.
+
+    Returns:
+        ``out``.
+    """
+    torch.ops.flint.decode_attention(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out)
+    return out
+
+
+@torch.library.register_fake("flint::decode_attention")
+def _decode_attention_fake(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out):
+    # Shape-level checks only (no data): the real kernels check everything.
+    torch._check(q.dim() == 3 and q.shape[-1] == HEAD_DIM, lambda: f"q must be [B, H, 128], got {tuple(q.shape)}")
+    torch._check(out.shape == q.shape, lambda: f"out must have the shape of q {tuple(q.shape)}, got {tuple(out.shape)}")
+    torch._check(
+        kv_cache.dim() == 4 and q.shape[1] == GQA * kv_cache.shape[1],
+        lambda: f"num_heads must be 8 * num_kv_heads, got q {tuple(q.shape)}, kv_cache {tuple(kv_cache.shape)}",
+    )
+    return None
