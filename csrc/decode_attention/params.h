@@ -40,6 +40,7 @@ struct DecodeParams {
   int num_blocks;   // kv_cache.size(0): block ids are clamped to it on the GPU
   int max_blocks;   // block_tables.size(1): seq_lens are clamped to 16 x this
   int window;       // attend to the last `window` positions; 0 = all
+  int min_pages;    // a split is active when each of its warps gets >= this many pages
   float scale_log2; // softmax scale * log2(e)
 };
 

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One device-machine call: build, GPU tests, sanitizers, benchmark. Logs go to
+# $OUT (or ./device_out); a short summary is printed last.
+#   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [demo]
+# (no argument: everything). Extra pytest arguments via PYTEST_ARGS, benchmark
+# arguments via BENCH_ARGS.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/device_out}
+mkdir -p "$OUT"
+steps=${*:-build tests sanitize sass bench demo}
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+export PYTHONUNBUFFERED=1
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')" | tee -a "$OUT/gpu.txt"
+
+for step in $steps; do
+  t0=$(date +%s)
+  case $step in
+    build)
+      if MAX_JOBS=16 pip install --no-build-isolation -e . >"$OUT/build.log" 2>&1; then
+        note "build ok ($(( $(date +%s) - t0 )) s)"
+      else
+        tail -40 "$OUT/build.log"; note "build FAILED"; break
+      fi
+      grep -E "registers|spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -5 >"$OUT/ptxas.txt"
+      ;;
+    tests)
+      python3 -m pytest -q -x tests ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -25
+      note "tests: $(tail -1 "$OUT/tests.log") ($(( $(date +%s) - t0 )) s)"
+      ;;
+    variants)
+      python3 -m pytest -q tests/test_kernel_variants.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/variants.log" | tail -25
+      note "variants: $(tail -1 "$OUT/variants.log") ($(( $(date +%s) - t0 )) s)"
+      ;;
+    sanitize)
+      for tool in memcheck racecheck synccheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_cases.py \
+          >"$OUT/sanitize_$tool.log" 2>&1
+        rc=$?
+        note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+        [ $rc -ne 0 ] && tail -30 "$OUT/sanitize_$tool.log"
+      done
+      ;;
+    sass)
+      so=$(ls python/flint_attention/_C*.so | head -1)
+      cuobjdump --dump-sass "$so" >"$OUT/sass.txt" 2>&1
+      note "sass: $(grep -c 'Function :' "$OUT/sass.txt") kernels; per kernel ACQBULK/griddep: $(grep -cE 'ACQBULK' "$OUT/sass.txt") ACQBULK, $(grep -c 'UBLKCP\|UBLKPF' "$OUT/sass.txt") UBLKCP, HMMA $(grep -c HMMA "$OUT/sass.txt"), LDL/STL $(grep -cE '\b(LDL|STL)\b' "$OUT/sass.txt")"
+      cuobjdump --dump-ptx "$so" >"$OUT/ptx.txt" 2>&1
+      note "ptx: griddepcontrol.wait x$(grep -c 'griddepcontrol.wait' "$OUT/ptx.txt"), launch_dependents x$(grep -c 'griddepcontrol.launch_dependents' "$OUT/ptx.txt")"
+      ;;
+    bench)
+      if [ -f benchmarks/bench_decode.py ]; then
+        python3 benchmarks/bench_decode.py --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40
+        note "bench done ($(( $(date +%s) - t0 )) s)"
+      fi
+      ;;
+    demo)
+      python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15
+      note "demo rc=$? ($(( $(date +%s) - t0 )) s)"
+      ;;
+  esac
+done
+echo; echo "==== summary"; printf '%s\n' "${summary[@]}"

@@ -1,0 +1,33 @@
+"""A few small launches of every merge path, for compute-sanitizer
+(memcheck, racecheck, synccheck): one split, last-CTA merge, cluster merge,
+seq_len 0, window, PDL on. Checks results loosely so a run that is silently
+wrong still fails."""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from test_kernel_variants import check, make_inputs, reference  # noqa: E402
+
+CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
+    (None, [0, 17, 300, 33], 2, None),
+    ("1,4,2,1,0", [5, 40, 0], 1, None),
+    ("6,8,2,1,0", [1000, 3, 0], 1, None),
+    ("5,4,3,1,0", [700, 129], 2, 64),
+    ("4,4,3,1,1", [0, 500, 17], 1, 128),
+    ("8,4,2,1,1", [300, 1], 1, None),
+]
+
+for cfg, seq_lens, kvh, window in CASES:
+    if cfg is None:
+        os.environ.pop("FLINT_LAUNCH_CONFIG", None)
+    else:
+        os.environ["FLINT_LAUNCH_CONFIG"] = cfg
+    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, kvh, window)
+    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, 0.088, out)
+    torch.cuda.synchronize()
+    check(out, reference(q, kv, bt, sl, sinks, window, 0.088))
+    print(f"ok {cfg} {seq_lens} kvh={kvh} window={window}", flush=True)
+print("sanitize cases done")

@@ -1,0 +1,391 @@
+// Split-KV paged decode attention for Hopper (sm_90a).
+//
+// Grid (splits, kv heads, batch); 32 x kWarps threads per CTA. The attended
+// pages of one (request, kv head) are interleaved over all warps of its active
+// splits. Each warp streams whole 8 KB pages (16 tokens x [K | V]) through a
+// private ring of kStages shared-memory slots filled by bulk copies, and runs
+// S^T = K Q^T and O^T += V^T P^T on the tensor cores with the 8 query heads of
+// the GQA group as the n = 8 dimension. The warps of a CTA merge through
+// shared memory; several splits merge either in the last CTA to arrive (fp32
+// partials in a global workspace) or, with kClusterSplits > 0, through the
+// distributed shared memory of a thread-block cluster.
+#pragma once
+
+#include <cstdint>
+
+#include "decode_attention/common.cuh"
+#include "decode_attention/merge.cuh"
+#include "decode_attention/params.h"
+#include "decode_attention/smem_plan.h"
+#include "ptx/bulk_copy.cuh"
+#include "ptx/cluster.cuh"
+#include "ptx/griddepcontrol.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/memory.cuh"
+#include "ptx/mma.cuh"
+
+namespace flint {
+
+namespace detail {
+
+// Online-softmax state of one warp for the two query heads 2t and 2t+1 of
+// lane (g, t), and its share of O^T.
+struct WarpState {
+  float m[2];    // running max of the raw logits S (unscaled)
+  float l[2];    // this lane's part of the row sums (tokens g and g+8 of each page)
+  float o[32];   // O^T fragments of the 8 m-tiles of 16 dims, see store_warp_state
+};
+
+// Bulk-copies one page (block `block`, this kv head) into a ring slot.
+__device__ __forceinline__ void issue_page(const uint16_t* kv_head, int64_t stride_block,
+                                           int block, uint32_t slot, uint32_t bar, int lane) {
+  if (lane == 0) {
+    ptx::mbarrier_arrive_expect_tx(bar, kPageBytes);
+    ptx::bulk_copy_g2s(slot, kv_head + block * stride_block, kPageBytes, bar);
+  }
+}
+
+// Lane (g, t) fragments of one page:
+//   k[16r + 4i + j] = K[token g + 8r][dims 32i + 8t + 2j, +1]        (r < 2, i < 4)
+//   v[4(2r + h) + j] = V[token 2t + (r & 1) + 8(r >> 1)][dims 64h + 8g + 2j, +1]
+// V rows outside [start_tok, seq_len) are zeroed, so stale or NaN cache
+// contents never reach P V (a zero P alone would not cancel a NaN).
+__device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok, int seq_len,
+                                          int g, int t, uint32_t (&k)[32], uint32_t (&v)[32]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4];
+      ptx::ld_shared_u32x4(slot + (g + 8 * r) * kRowBytes + (32 * i + 8 * t) * 2, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) k[16 * r + 4 * i + j] = w[j];
+    }
+  }
+  const uint32_t v_base = slot + kHeadDim * 2;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int tok = 2 * t + (r & 1) + 8 * (r >> 1);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t w[4];
+      ptx::ld_shared_u32x4(v_base + tok * kRowBytes + (64 * h + 8 * g) * 2, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[4 * (2 * r + h) + j] = w[j];
+    }
+  }
+  const int first = page * kPageTokens;
+  if (first < start_tok || first + kPageTokens > seq_len) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int pos = first + 2 * t + (r & 1) + 8 * (r >> 1);
+      const bool attended = pos >= start_tok && pos < seq_len;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[8 * r + j] = attended ? v[8 * r + j] : 0u;
+    }
+  }
+}
+
+// One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
+__device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint32_t (&v)[32],
+                                            const uint32_t (&q)[16], int page, int start_tok,
+                                            int seq_len, float scale_log2, int g, int t,
+                                            WarpState& st) {
+  // S^T[token][head]: k-step c covers dims 32(c / 2) + 4(c % 2) + 8t + 0..3 of
+  // every lane t; the same permutation of the 128 dims on both operands.
+  // Two accumulators break the dependency chain of the 8 MMAs.
+  float sa[4] = {0.f, 0.f, 0.f, 0.f};
+  float sb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const int i = c / 2, h = c % 2;
+    const uint32_t a[4] = {k[4 * i + 2 * h], k[16 + 4 * i + 2 * h], k[4 * i + 2 * h + 1],
+                           k[16 + 4 * i + 2 * h + 1]};
+    ptx::mma_m16n8k16_bf16_f32(c % 2 == 0 ? sa : sb, a, q[4 * i + 2 * h], q[4 * i + 2 * h + 1]);
+  }
+  // s[0], s[1]: token g, heads 2t, 2t+1; s[2], s[3]: token g + 8.
+  float s[4] = {sa[0] + sb[0], sa[1] + sb[1], sa[2] + sb[2], sa[3] + sb[3]};
+  const int pos = page * kPageTokens + g;
+  if (pos < start_tok || pos >= seq_len) s[0] = s[1] = neg_inf();
+  if (pos + 8 < start_tok || pos + 8 >= seq_len) s[2] = s[3] = neg_inf();
+
+  // Every page holds at least one attended token, so the new max is finite.
+  float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    mx[0] = fmaxf(mx[0], __shfl_xor_sync(kFullMask, mx[0], off));
+    mx[1] = fmaxf(mx[1], __shfl_xor_sync(kFullMask, mx[1], off));
+  }
+  float alpha[2], p[4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(st.m[h], mx[h]);
+    const float m_scaled = m_new * scale_log2;
+    alpha[h] = ptx::ex2(fmaf(st.m[h], scale_log2, -m_scaled));
+    p[h] = ptx::ex2(fmaf(s[h], scale_log2, -m_scaled));
+    p[h + 2] = ptx::ex2(fmaf(s[h + 2], scale_log2, -m_scaled));
+    st.m[h] = m_new;
+    st.l[h] = st.l[h] * alpha[h] + (p[h] + p[h + 2]);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    st.o[4 * j] *= alpha[0];
+    st.o[4 * j + 1] *= alpha[1];
+    st.o[4 * j + 2] *= alpha[0];
+    st.o[4 * j + 3] *= alpha[1];
+  }
+
+  // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][head g],
+  // held by lanes 8t + g/2 (token 2t) and 8t + g/2 + 4 (token 2t+1), in the
+  // half g % 2 of their (head 2t', 2t'+1) pairs.
+  const uint32_t x = ptx::pack_bf16x2(p[0], p[1]);
+  const uint32_t y = ptx::pack_bf16x2(p[2], p[3]);
+  const int src = 8 * t + (g >> 1);
+  const uint32_t x0 = __shfl_sync(kFullMask, x, src), x1 = __shfl_sync(kFullMask, x, src + 4);
+  const uint32_t y0 = __shfl_sync(kFullMask, y, src), y1 = __shfl_sync(kFullMask, y, src + 4);
+  const uint32_t sel = (g & 1) ? 0x7632u : 0x5410u;
+  const uint32_t b0 = ptx::prmt(x0, x1, sel), b1 = ptx::prmt(y0, y1, sel);
+
+  // O^T[dim][head] += V^T P^T. m-tile j: rows g, g+8 are dims d0, d0+1 with
+  // d0 = 64(j / 4) + 8g + 2(j % 4), i.e. the two halves of word j % 4 of the
+  // V loads; prmt pairs tokens (2t, 2t+1) and (2t+8, 2t+9) per dim.
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int hh = j / 4, wi = j % 4;
+    const uint32_t va = v[4 * hh + wi], vb = v[4 * (2 + hh) + wi];
+    const uint32_t vc = v[4 * (4 + hh) + wi], vd = v[4 * (6 + hh) + wi];
+    const uint32_t a[4] = {ptx::prmt(va, vb, 0x5410u), ptx::prmt(va, vb, 0x7632u),
+                           ptx::prmt(vc, vd, 0x5410u), ptx::prmt(vc, vd, 0x7632u)};
+    float(&acc)[4] = *reinterpret_cast<float(*)[4]>(&st.o[4 * j]);
+    ptx::mma_m16n8k16_bf16_f32(acc, a, b0, b1);
+  }
+}
+
+// Writes a warp's (O, m, l) to its merge buffer: O as [head][dim] fp32, then
+// m[8], l[8]. Fragment o[4j + e] is head 2t + (e & 1), dim d0 + (e >> 1).
+template <class Plan>
+__device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int d0 = 64 * (j / 4) + 8 * g + 2 * (j % 4);
+    *reinterpret_cast<float2*>(&buf[(2 * t) * kHeadDim + d0]) = make_float2(st.o[4 * j], st.o[4 * j + 2]);
+    *reinterpret_cast<float2*>(&buf[(2 * t + 1) * kHeadDim + d0]) =
+        make_float2(st.o[4 * j + 1], st.o[4 * j + 3]);
+  }
+  if (g == 0) {
+    buf[Plan::kWarpM + 2 * t] = st.m[0];
+    buf[Plan::kWarpM + 2 * t + 1] = st.m[1];
+    buf[Plan::kWarpL + 2 * t] = st.l[0];
+    buf[Plan::kWarpL + 2 * t + 1] = st.l[1];
+  }
+}
+
+}  // namespace detail
+
+template <int kWarps, int kStages, int kClusterSplits>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    decode_attention_kernel(const __grid_constant__ DecodeParams p) {
+  using Plan = SmemPlan<kWarps, kStages, kClusterSplits>;
+  using namespace detail;
+  // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
+  constexpr int E = kGqa * kHeadDim / (32 * kWarps);
+  constexpr int kThreadsPerHead = kHeadDim / E;
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int max_splits = gridDim.x;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
+  const int bh = b * p.num_kv_heads + kvh;
+  uint16_t* out_row = p.out + b * p.out_stride_b + (kvh * kGqa + eh) * p.out_stride_h;
+
+  // ---- sequence extent ---------------------------------------------------
+  // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
+  // are written by host-to-device copies ahead of the forward, never by the
+  // kernel this one overlaps with. Out-of-contract values are clamped so that
+  // no read leaves the block table or the cache.
+  const int seq_len = min(max(p.seq_lens[b], 0), p.max_blocks * kPageTokens);
+  const int start_tok = p.window > 0 ? max(seq_len - p.window, 0) : 0;
+  const int start_page = start_tok / kPageTokens;
+  const int num_pages = (seq_len + kPageTokens - 1) / kPageTokens - start_page;
+  // A split is active when each of its warps gets at least min_pages pages; a
+  // cluster keeps every rank active (each one merges a slice of the dims).
+  const int num_splits =
+      kClusterSplits > 0
+          ? max_splits
+          : min(max_splits, (num_pages + kWarps * p.min_pages - 1) / (kWarps * p.min_pages));
+
+  if (num_pages <= 0) {
+    // ---- empty sequence: zeros ----------------------------------------------
+    ptx::grid_dependency_wait();  // the previous kernel may still read `out`
+    if (split == 0) {
+      float zeros[E] = {};
+      store_out<E>(out_row + ed, zeros, 0.f);
+    }
+    return;
+  }
+  if (split >= num_splits) return;
+
+  // ---- this warp's pages --------------------------------------------------
+  // Warp gw of the (request, kv head) takes pages start_page + gw + k * warps_total.
+  const int warps_total = num_splits * kWarps;
+  const int gw = split * kWarps + warp;
+  const int n_pages = (max(num_pages - gw, 0) + warps_total - 1) / warps_total;
+  // Block ids of pages k = lane and k = lane + 32, broadcast with shuffles;
+  // refreshed every 32 pages.
+  const int32_t* bt = p.block_tables + b * p.bt_stride_b + start_page + gw;
+  auto block_at = [&](int k) {
+    return k < n_pages ? min(max(bt[k * warps_total], 0), p.num_blocks - 1) : 0;
+  };
+  int bt_cur = block_at(lane), bt_next = block_at(lane + 32);
+  const uint16_t* kv_head = p.kv_cache + kvh * p.kv_stride_head;
+
+  const uint32_t ring = ptx::smem_addr(smem) + warp * kStages * kPageBytes;
+  const uint32_t bars = ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8;
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(bars + 8 * s, 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncwarp();
+  if constexpr (kClusterSplits > 0) {
+    // Peers must be running before anyone stores into their shared memory;
+    // waited on in cluster_merge, long after the pages are streamed.
+    ptx::cluster_arrive_relaxed();
+  }
+
+  // ---- prefetch, then wait on the previous kernel --------------------------
+  // NOTE: only q, the workspace and the page holding the current token (whose
+  // K/V the previous kernel writes) depend on the previous kernel: every other
+  // leading page is in flight before griddepcontrol.wait.
+  const int current_page = (seq_len - 1) / kPageTokens;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    const int blk = __shfl_sync(kFullMask, bt_cur, s);
+    if (s < n_pages && start_page + gw + s * warps_total != current_page)
+      issue_page(kv_head, p.kv_stride_block, blk, ring + s * kPageBytes, bars + 8 * s, lane);
+  }
+  ptx::grid_dependency_wait();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    const int blk = __shfl_sync(kFullMask, bt_cur, s);
+    if (s < n_pages && start_page + gw + s * warps_total == current_page)
+      issue_page(kv_head, p.kv_stride_block, blk, ring + s * kPageBytes, bars + 8 * s, lane);
+  }
+
+  // Q^T as the B operand of S^T = K Q^T: lane (g, t) holds head g, dims
+  // 32i + 8t .. 32i + 8t + 7 in q[4i .. 4i + 3].
+  uint32_t q[16];
+  {
+    const uint16_t* q_row = p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4];
+      ptx::ld_global_u32x4(q_row + 32 * i + 8 * t, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
+    }
+  }
+
+  // ---- stream pages ---------------------------------------------------------
+  WarpState st;
+  st.m[0] = st.m[1] = neg_inf();
+  st.l[0] = st.l[1] = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
+
+  for (int k = 0; k < n_pages; ++k) {
+    // Refill the slot consumed in the previous iteration with page k + kStages - 1.
+    const int kn = k + kStages - 1;
+    if ((kn & 31) == 0) {
+      bt_cur = bt_next;
+      bt_next = block_at(kn + 32 + lane);
+    }
+    // NOTE: every lane's shared-memory reads of that slot (previous
+    // iteration) must be done before lane 0 hands it to the copy engine.
+    __syncwarp();
+    const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
+    if (kn < n_pages)
+      issue_page(kv_head, p.kv_stride_block, blk, ring + (kn % kStages) * kPageBytes,
+                 bars + 8 * (kn % kStages), lane);
+
+    const int slot = k % kStages;
+    ptx::mbarrier_wait_parity(bars + 8 * slot, (k / kStages) & 1);
+    const int page = start_page + gw + k * warps_total;
+    uint32_t kf[32], vf[32];
+    load_page(ring + slot * kPageBytes, page, start_tok, seq_len, g, t, kf, vf);
+    attend_page(kf, vf, q, page, start_tok, seq_len, p.scale_log2, g, t, st);
+  }
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
+    st.l[1] += __shfl_xor_sync(kFullMask, st.l[1], off);
+  }
+  // K/V streaming is done: a PDL-launched successor may start its prologue
+  // while this grid merges.
+  ptx::launch_dependents();
+
+  // ---- merge the warps of this CTA (through the ring's shared memory) -------
+  __syncthreads();  // every warp is done with its ring
+  float* warp_bufs = reinterpret_cast<float*>(smem);
+  store_warp_state<Plan>(warp_bufs + warp * Plan::kWarpBufFloats, st, g, t);
+  __syncthreads();
+
+  float m_cta = neg_inf();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w)
+    m_cta = fmaxf(m_cta, warp_bufs[w * Plan::kWarpBufFloats + Plan::kWarpM + eh]);
+  const float m_cta_scaled = m_cta * p.scale_log2;
+  float l_cta = 0.f;
+  float o[E] = {};
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float* buf = warp_bufs + w * Plan::kWarpBufFloats;
+    const float corr = rescale(buf[Plan::kWarpM + eh], p.scale_log2, m_cta_scaled);
+    l_cta += corr * buf[Plan::kWarpL + eh];
+#pragma unroll
+    for (int e = 0; e < E; e += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(&buf[eh * kHeadDim + ed + e]);
+      o[e] += corr * x.x;
+      o[e + 1] += corr * x.y;
+      o[e + 2] += corr * x.z;
+      o[e + 3] += corr * x.w;
+    }
+  }
+  const float sink_scaled = p.sinks[kvh * kGqa + eh] * kLog2e;
+
+  if constexpr (kClusterSplits > 0) {
+    // ---- merge the splits of the cluster ------------------------------------
+    cluster_merge<kWarps, kClusterSplits>(p, smem + Plan::kClusterOffset, split, b, kvh, tid, eh,
+                                          ed, o, m_cta, l_cta);
+  } else if (num_splits == 1) {
+    store_out<E>(out_row + ed, o, 1.f / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
+  } else {
+    // ---- merge the splits in the last CTA to arrive ---------------------------
+    const int64_t row = int64_t(bh) * max_splits + split;
+    float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+#pragma unroll
+    for (int e = 0; e < E; e += 4)
+      *reinterpret_cast<float4*>(po + e) = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
+    if (ed == 0) {
+      p.part_ml[row * 2 * kGqa + eh] = m_cta;
+      p.part_ml[row * 2 * kGqa + kGqa + eh] = l_cta;
+    }
+    // NOTE: bar.sync orders every thread's partial stores before thread 0's
+    // release; the acquire half makes the other splits' partials visible to
+    // the CTA that arrives last (read with ld.global.cg, never from L1).
+    __syncthreads();
+    int* arrival = reinterpret_cast<int*>(smem + Plan::kFlagOffset);
+    if (tid == 0) *arrival = ptx::atomic_add_acq_rel_gpu(p.counters + bh, 1);
+    __syncthreads();
+    if (*arrival == num_splits - 1) {
+      merge_splits<kWarps>(p, warp_bufs + kWarps * Plan::kWarpBufFloats, bh, num_splits,
+                                 tid, eh, ed, sink_scaled, out_row);
+      // The counter resets itself for the next launch on this stream.
+      if (tid == 0) ptx::st_relaxed_gpu(p.counters + bh, 0);
+    }
+  }
+}
+
+}  // namespace flint

@@ -1,0 +1,23 @@
+// Host side of the CUDA kernel: picks the compiled variant for a launch
+// configuration and launches it. No torch headers.
+#pragma once
+
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "decode_attention/launch_config.h"
+#include "decode_attention/params.h"
+
+namespace flint {
+
+// Empty if `cfg` can run `batch * num_kv_heads` (request, kv head) pairs,
+// else why not (no compiled variant, too many splits for the merge).
+std::string check_launch_config(const LaunchConfig& cfg);
+
+// Launches on `stream`; `sliding` sets the shared-memory padding rule and
+// `pdl` the programmatic-stream-serialization attribute.
+cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConfig& cfg,
+                                    bool sliding, bool pdl, cudaStream_t stream);
+
+}  // namespace flint

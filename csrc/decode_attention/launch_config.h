@@ -1,0 +1,34 @@
+// How decode_attention_kernel is launched: the heuristic of the reference
+// design, from the batch size, kv heads, window and SM count only, so a
+// captured CUDA graph stays valid for any sequence lengths.
+#pragma once
+
+namespace flint {
+
+struct LaunchConfig {
+  int num_splits;  // CTAs per (request, kv head): gridDim.x
+  int num_warps;   // 4 or 8
+  int num_stages;  // page-ring slots per warp
+  int min_pages;   // a split is active when each of its warps gets this many pages
+  bool cluster;    // merge the splits in a thread-block cluster (DSMEM)
+};
+
+inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool sliding, int num_sms) {
+  const int num_bh = batch * num_kv_heads;
+  auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
+  if (sliding) {
+    if (batch <= 2) return {8, 4, 2, 1, true};
+    if (batch <= 16) return {4, 4, 3, 1, true};
+    return {1, 4, 3, 1, false};
+  }
+  if (batch <= 2) return {at_least_1(num_sms / num_bh), 8, 2, 2, false};
+  return {at_least_1(2 * num_sms / num_bh), 4, batch <= 4 ? 2 : 3, 2, false};
+}
+
+// Shared memory an SM has for CTAs; non-sliding launches pad theirs so that at
+// most 8 / num_warps CTAs share an SM (see launch.cu).
+constexpr int kSmemPerSm = 228 * 1024;
+
+}  // namespace flint

@@ -1,0 +1,141 @@
+// Merging the splits of one (request, kv head): in the last CTA to arrive, from
+// fp32 partials in global memory, or inside a thread-block cluster through
+// distributed shared memory. Both finish softmax with the sink term:
+//   out = sum_s w_s O_s / (sum_s w_s l_s + 2^(sink log2(e) - M c)),
+//   w_s = 2^(m_s c - M c), M = max_s m_s, c = scale log2(e).
+#pragma once
+
+#include "decode_attention/params.h"
+#include "decode_attention/smem_plan.h"
+#include "ptx/cluster.cuh"
+#include "ptx/memory.cuh"
+#include "decode_attention/common.cuh"
+
+namespace flint::detail {
+
+// Last CTA of (request, kv head) `bh`: merges its `num_splits` fp32 partials.
+// `ml` is shared scratch: [split][m[8], l -> weight[8]], then the scaled max
+// and the weighted sum per head.
+template <int kWarps>
+__device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, int bh,
+                                             int num_splits, int tid, int eh, int ed,
+                                             float sink_scaled, uint16_t* out_row) {
+  constexpr int E = kGqa * kHeadDim / (32 * kWarps);
+  const int64_t row0 = int64_t(bh) * gridDim.x;
+  for (int i = tid; i < num_splits * 4; i += 32 * kWarps) {
+    const float4 v = ptx::ld_global_cg_f32x4(p.part_ml + row0 * 2 * kGqa + 4 * i);
+    *reinterpret_cast<float4*>(&ml[4 * i]) = v;
+  }
+  __syncthreads();
+
+  // Warp w owns heads w, w + kWarps; its lanes stride over the splits. Every
+  // active split saw at least one token, so every m_s is finite.
+  const int warp = tid / 32, lane = tid % 32;
+  for (int h = warp; h < kGqa; h += kWarps) {
+    float m = neg_inf();
+    for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, ml[16 * s + h]);
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, off));
+    const float m_scaled = m * p.scale_log2;
+    float l = 0.f;
+    for (int s = lane; s < num_splits; s += 32) {
+      const float w = ptx::ex2(fmaf(ml[16 * s + h], p.scale_log2, -m_scaled));
+      l += w * ml[16 * s + kGqa + h];
+      ml[16 * s + kGqa + h] = w;
+    }
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) l += __shfl_xor_sync(kFullMask, l, off);
+    if (lane == 0) {
+      ml[16 * num_splits + h] = m_scaled;
+      ml[16 * num_splits + kGqa + h] = l;
+    }
+  }
+  __syncthreads();
+
+  // Rounds of kChunk splits keep 64 floats of loads in flight per thread.
+  constexpr int kChunk = 64 / E;
+  float o[E] = {};
+  const float* po = p.part_o + row0 * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+  for (int s0 = 0; s0 < num_splits; s0 += kChunk) {
+    float4 v[kChunk][E / 4];
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      const int s = min(s0 + c, num_splits - 1);
+#pragma unroll
+      for (int i = 0; i < E / 4; ++i)
+        v[c][i] = ptx::ld_global_cg_f32x4(po + int64_t(s) * (kGqa * kHeadDim) + 4 * i);
+    }
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      const float w = s0 + c < num_splits ? ml[16 * (s0 + c) + kGqa + eh] : 0.f;
+#pragma unroll
+      for (int i = 0; i < E / 4; ++i) {
+        o[4 * i] += w * v[c][i].x;
+        o[4 * i + 1] += w * v[c][i].y;
+        o[4 * i + 2] += w * v[c][i].z;
+        o[4 * i + 3] += w * v[c][i].w;
+      }
+    }
+  }
+  const float m_scaled = ml[16 * num_splits + eh];
+  const float l = ml[16 * num_splits + kGqa + eh];
+  store_out<E>(out_row + ed, o, 1.f / (l + ptx::ex2(sink_scaled - m_scaled)));
+}
+
+// Cluster of kSplits CTAs (rank = split): each sends rank r its CTA-merged O
+// for dims [r D, (r + 1) D), D = 128 / kSplits, plus (m, l); after one cluster
+// barrier every rank merges all splits for its dims and writes them.
+template <int kWarps, int kSplits>
+__device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* buf, int split,
+                                              int b, int kvh, int tid, int eh, int ed,
+                                              const float (&o)[kGqa * kHeadDim / (32 * kWarps)],
+                                              float m_cta, float l_cta) {
+  using Buf = ClusterBufPlan<kSplits>;
+  constexpr int E = kGqa * kHeadDim / (32 * kWarps);
+  constexpr int D = Buf::kDimsPerRank;
+  static_assert(E <= D && D % E == 0, "a thread's dims live on one rank");
+  const uint32_t local = ptx::smem_addr(buf);
+  const int rank = ed / D;
+  const uint32_t peer = ptx::map_shared_rank(local, rank);
+  ptx::cluster_wait();  // pairs with the early arrive: every peer is running
+  const uint32_t dst = peer + ((split * kGqa + eh) * D + ed % D) * 4;
+#pragma unroll
+  for (int e = 0; e < E; e += 4) ptx::st_cluster_f32x4(dst + 4 * e, o[e], o[e + 1], o[e + 2], o[e + 3]);
+  if (ed % D == 0) {
+    ptx::st_cluster_f32(peer + (Buf::kM + split * kGqa + eh) * 4, m_cta);
+    ptx::st_cluster_f32(peer + (Buf::kL + split * kGqa + eh) * 4, l_cta);
+  }
+  ptx::cluster_arrive();
+  ptx::cluster_wait();
+
+  // This rank owns dims [split D, (split + 1) D) of all 8 heads: kPerThread
+  // consecutive dims of head h per thread.
+  constexpr int kPerThread = kGqa * D / (32 * kWarps);
+  static_assert(kPerThread >= 1 && kPerThread <= 2, "one bf16 or one bf16 pair per thread");
+  const float* cb = reinterpret_cast<const float*>(buf);
+  const int h = tid * kPerThread / D, dl = tid * kPerThread % D;
+  float m = neg_inf();
+#pragma unroll
+  for (int r = 0; r < kSplits; ++r) m = fmaxf(m, cb[Buf::kM + r * kGqa + h]);
+  const float m_scaled = m * p.scale_log2;
+  float l = 0.f, acc[kPerThread] = {};
+#pragma unroll
+  for (int r = 0; r < kSplits; ++r) {
+    const float w = rescale(cb[Buf::kM + r * kGqa + h], p.scale_log2, m_scaled);
+    l += w * cb[Buf::kL + r * kGqa + h];
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kGqa + h) * D + dl + e];
+  }
+  const float sink_scaled = p.sinks[kvh * kGqa + h] * kLog2e;
+  const float inv = 1.f / (l + ptx::ex2(sink_scaled - m_scaled));
+  uint16_t* dst_out =
+      p.out + b * p.out_stride_b + (kvh * kGqa + h) * p.out_stride_h + split * D + dl;
+  if constexpr (kPerThread == 2) {
+    *reinterpret_cast<uint32_t*>(dst_out) = ptx::pack_bf16x2(acc[0] * inv, acc[1] * inv);
+  } else {
+    const uint32_t w = ptx::pack_bf16x2(acc[0] * inv, 0.f);
+    *dst_out = static_cast<uint16_t>(w & 0xffffu);
+  }
+}
+
+}  // namespace flint::detail

@@ -1,0 +1,49 @@
+// Shared-memory layout of decode_attention_kernel<kWarps, kStages, kClusterSplits>.
+#pragma once
+
+#include "decode_attention/params.h"
+
+namespace flint {
+
+// Cluster merge buffer of one rank, filled by the peers' DSMEM stores while
+// this CTA may still stream, so it never aliases the ring: this rank's
+// 128 / kSplits dims of every split's O as [split][head][dim], then
+// m[split][head] and l[split][head].
+template <int kSplits>
+struct ClusterBufPlan {
+  static_assert(kSplits == 0 || kSplits == 4 || kSplits == 8,
+                "a cluster rank merges 128 / kSplits dims of every head");
+  static constexpr int kDimsPerRank = kSplits > 0 ? kHeadDim / kSplits : 0;
+  static constexpr int kM = kSplits * kGqa * kDimsPerRank;
+  static constexpr int kL = kM + kSplits * kGqa;
+  static constexpr int kFloats = kL + kSplits * kGqa;
+};
+
+template <int kWarps, int kStages, int kClusterSplits>
+struct SmemPlan {
+  static_assert(kWarps == 4 || kWarps == 8, "the epilogue maps 1024 outputs onto 128 or 256 threads");
+  static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
+
+  // Page ring: kStages slots of 8 KB per warp; one mbarrier per slot.
+  static constexpr int kRingBytes = kWarps * kStages * kPageBytes;
+  static constexpr int kBarOffset = kRingBytes;
+  // One int: the arrival count the last-CTA merge broadcasts.
+  static constexpr int kFlagOffset = kBarOffset + kWarps * kStages * 8;
+  static constexpr int kClusterOffset = kFlagOffset + 16;
+  static constexpr int kBytes = kClusterOffset + ClusterBufPlan<kClusterSplits>::kFloats * 4;
+
+  // After streaming, the ring is reused: per warp O as [head][dim] then m[8],
+  // l[8]; behind them the last-CTA merge's per-split (m, l) and weights.
+  static constexpr int kWarpM = kGqa * kHeadDim;
+  static constexpr int kWarpL = kWarpM + kGqa;
+  static constexpr int kWarpBufFloats = kWarpL + kGqa;
+  static constexpr int kMergeFloats = kRingBytes / 4 - kWarps * kWarpBufFloats;
+  // Splits the last-CTA merge can take: 16 floats each plus 16 for the totals.
+  static constexpr int kMaxMergeSplits = kMergeFloats / 16 - 1;
+
+  static_assert(kMaxMergeSplits >= 64, "the ring must hold the merge buffers");
+  static_assert(kBarOffset % 128 == 0 && kClusterOffset % 16 == 0, "alignment");
+  static_assert(kBytes <= 227 * 1024, "fits one CTA's shared memory");
+};
+
+}  // namespace flint

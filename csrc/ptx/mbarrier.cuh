@@ -1,0 +1,41 @@
+// mbarrier: shared-memory barriers that count arrivals and transaction bytes
+// (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier").
+#pragma once
+
+#include "ptx/arch.cuh"
+
+namespace flint::ptx {
+
+// mbarrier.init.shared::cta.b64
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+
+// fence.mbarrier_init.release.cluster: makes the inits visible to the async
+// proxy (bulk copies complete on them) and to the other CTAs of a cluster.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// mbarrier.arrive.expect_tx.shared::cta.b64: one arrival, and `bytes` more
+// bytes of transactions the current phase waits for.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// mbarrier.try_wait.parity.shared::cta.b64, retried until the phase with
+// parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "retry:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra retry;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+}  // namespace flint::ptx
