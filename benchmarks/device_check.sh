@@ -14,13 +14,13 @@ note() { summary+=("$1"); echo "== $1"; }
 export PYTHONUNBUFFERED=1
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')" | tee -a "$OUT/gpu.txt"
+echo "commit ${FLINT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" | tee -a "$OUT/gpu.txt"
 
 for step in $steps; do
   t0=$(date +%s)
   case $step in
     build)
-      if MAX_JOBS=16 pip install --no-build-isolation -e . >"$OUT/build.log" 2>&1; then
+      if MAX_JOBS=16 python3 -m pip install --no-build-isolation -e . >"$OUT/build.log" 2>&1; then
         note "build ok ($(( $(date +%s) - t0 )) s)"
       else
         tail -40 "$OUT/build.log"; note "build FAILED"; break
