@@ -1,0 +1,147 @@
+"""The cluster (DSMEM) merge and programmatic dependent launch (PDL).
+
+- The cluster merge matches the last-CTA merge and the float64 reference on
+  sliding-window layers.
+- A PDL chain: a preceding kernel (flint_testing::pdl_token_writer) triggers its
+  dependents at once, sleeps, then writes q and the current token's K/V; the
+  decode kernel launched right behind it must see the new values every time,
+  eagerly and inside a CUDA graph. A kernel that read q or the current page
+  before griddepcontrol.wait shows a moving error here.
+- griddepcontrol really is in the compiled kernels (SASS: ACQBULK = wait,
+  PREEXIT = launch_dependents), never compiled away behind a macro.
+"""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+import flint_attention
+from test_kernel_variants import check, make_inputs, reference
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU; none here")
+SCALE = 128**-0.5
+
+
+@pytest.fixture
+def launch_config():
+    def set_config(cfg):
+        if cfg is None:
+            os.environ.pop("FLINT_LAUNCH_CONFIG", None)
+        else:
+            os.environ["FLINT_LAUNCH_CONFIG"] = cfg
+
+    yield set_config
+    os.environ.pop("FLINT_LAUNCH_CONFIG", None)
+
+
+@pytest.mark.parametrize("window", [1, 16, 128, 4096])
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 16])
+def test_cluster_merge_matches_global_merge(launch_config, batch, window):
+    g = torch.Generator().manual_seed(batch * 1000 + window)
+    seq_lens = torch.randint(1, 9000, (batch,), generator=g).tolist()
+    seq_lens[-1] = 0
+    if batch > 2:
+        seq_lens[1] = window + 15
+    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 2, window)
+    ref = reference(q, kv, bt, sl, sinks, window, SCALE)
+    results = {}
+    for cfg in [None, "8,4,2,1,1", "4,4,3,1,1", "8,4,2,1,0", "4,4,3,1,0"]:
+        launch_config(cfg)
+        out.fill_(float("nan"))
+        torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, SCALE, out)
+        torch.cuda.synchronize()
+        check(out, ref)
+        results[cfg] = out.clone()
+    for cluster, global_merge in [("8,4,2,1,1", "8,4,2,1,0"), ("4,4,3,1,1", "4,4,3,1,0")]:
+        # Same CTA partials, merged in another order: at most a bf16 rounding apart.
+        diff = (results[cluster].float() - results[global_merge].float()).abs()
+        assert diff.max() <= 2**-7, f"{cluster} vs {global_merge} differ by {diff.max():.3e}"
+
+
+def _chain_inputs(batch, num_kv_heads, window):
+    seq_lens = [int(x) for x in torch.randint(40, 3000, (batch,))]
+    seq_lens[0] = 17
+    # Room for 64 more tokens per request in its block table.
+    q, kv, bt, sl, sinks, out = make_inputs([n + 64 for n in seq_lens], num_kv_heads, None)
+    kv = torch.where(torch.isfinite(kv), kv, torch.zeros_like(kv))  # all slots readable
+    sl.copy_(torch.tensor(seq_lens, dtype=torch.int32))
+    return q, kv, bt, sl, sinks, out
+
+
+def _advance(bt, sl):
+    """Next token of every request: seq_len + 1 and its (block, row) slot."""
+    sl += 1
+    pos = (sl - 1).long()
+    block = bt.gather(1, (pos // 16)[:, None])[:, 0].contiguous()
+    row = (pos % 16).to(torch.int32)
+    return block, row
+
+
+@pytest.mark.parametrize("window", [None, 128])
+@pytest.mark.parametrize("batch,num_kv_heads", [(1, 8), (4, 2), (33, 1)])
+def test_pdl_chain_eager(batch, num_kv_heads, window):
+    q, kv, bt, sl, sinks, out = _chain_inputs(batch, num_kv_heads, window)
+    flint_attention.flint_decode_attention(q, kv, bt, sl, sinks, window, SCALE, out)
+    for step in range(40):
+        src_q = torch.randn_like(q, dtype=torch.float32).to(torch.bfloat16)
+        src_kv = torch.randn(batch, num_kv_heads, 256, device="cuda").to(torch.bfloat16) * 3
+        block, row = _advance(bt, sl)
+        torch.cuda.synchronize()
+        torch.ops.flint_testing.pdl_token_writer(src_q, q, src_kv, kv, block, row, 20000)
+        flint_attention.flint_decode_attention(q, kv, bt, sl, sinks, window, SCALE, out)
+        torch.cuda.synchronize()
+        assert torch.equal(q, src_q)
+        check(out, reference(q, kv, bt, sl, sinks, window, SCALE))
+
+
+@pytest.mark.parametrize("window", [None, 128])
+def test_pdl_chain_in_cuda_graph(window):
+    batch, num_kv_heads = 3, 8
+    q, kv, bt, sl, sinks, out = _chain_inputs(batch, num_kv_heads, window)
+    src_q = torch.empty_like(q)
+    src_kv = torch.empty(batch, num_kv_heads, 256, device="cuda", dtype=torch.bfloat16)
+    block = torch.zeros(batch, dtype=torch.int32, device="cuda")
+    row = torch.zeros(batch, dtype=torch.int32, device="cuda")
+    flint_attention.flint_decode_attention(q, kv, bt, sl, sinks, window, SCALE, out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(3):  # a chain of writer -> decode pairs in one graph
+                torch.ops.flint_testing.pdl_token_writer(src_q, q, src_kv, kv, block, row, 20000)
+                flint_attention.flint_decode_attention(q, kv, bt, sl, sinks, window, SCALE, out)
+    for step in range(30):
+        src_q.copy_(torch.randn_like(q, dtype=torch.float32))
+        src_kv.copy_(torch.randn(batch, num_kv_heads, 256, device="cuda") * 3)
+        b_new, r_new = _advance(bt, sl)
+        block.copy_(b_new)
+        row.copy_(r_new)
+        torch.cuda.synchronize()
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, reference(q, kv, bt, sl, sinks, window, SCALE))
+
+
+def test_griddepcontrol_in_sass():
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found")
+    so = glob.glob(os.path.join(os.path.dirname(flint_attention.__file__), "_C*.so"))[0]
+    sass = subprocess.run([cuobjdump, "--dump-sass", so], capture_output=True, text=True,
+                          check=True).stdout
+    kernels = re.split(r"\n\s*Function : ", sass)[1:]
+    decode = [k for k in kernels if k.startswith("_ZN5flint23decode_attention_kernel")]
+    assert len(decode) >= 9, f"found {len(decode)} decode kernels"
+    for k in decode:
+        name = k.split("\n", 1)[0]
+        assert "ACQBULK" in k, f"no griddepcontrol.wait in {name}"
+        assert "PREEXIT" in k, f"no griddepcontrol.launch_dependents in {name}"
+        assert "UBLKCP" in k and "HMMA" in k, f"no bulk copy / mma in {name}"
+        assert not re.search(r"\b(LDL|STL)\b", k), f"local memory in {name}"
