@@ -162,6 +162,7 @@ def results_block(meta: dict, ceiling: dict, results: list[dict]) -> str:
         markdown_table(results),
         "",
         *notes(results),
+        *(f"- row failed: {m}" for m in meta.get("failed_rows", [])),
     ]
     return "\n".join(lines)
 
