@@ -319,6 +319,9 @@ class Runner:
     def __init__(self, args, G, torch, ceiling_tbps: float, sms: int, target_bytes: int):
         self.args, self.G, self.torch = args, G, torch
         self.ceiling_tbps, self.sms, self.target_bytes = ceiling_tbps, sms, target_bytes
+        # FlashInfer failures (import, JIT build, first call) per (impl, sliding, kv heads):
+        # later rows report them instead of rebuilding for ~20 s each time.
+        self.fi_broken: dict = {}
 
     def measure(self, impl, r: dict, refs, n_calls: int, rejectable: bool = False) -> bool:
         """Check (unless --no-check) then time one implementation into r."""
@@ -361,6 +364,21 @@ class Runner:
             return False
         return True
 
+    def setup_and_measure(self, factory, inp, r: dict, refs, n_calls: int) -> None:
+        try:
+            impl = factory(inp)
+        except self.G.Unavailable as e:
+            r.update(status="missing", reason=str(e))
+            return
+        except Exception as e:  # noqa: BLE001
+            r.update(status="missing", reason="setup raised " + _oneline(f"{type(e).__name__}: {e}"))
+            if _is_fatal(e):
+                raise
+            return
+        if impl.note:
+            r["note"] = impl.note
+        self.measure(impl, r, refs, n_calls)
+
     def factories(self):
         G, args = self.G, self.args
         out = []
@@ -400,17 +418,14 @@ class Runner:
             name, factory = todo.pop(0)
             r = res["impls"].setdefault(name, {})
             t0 = time.time()
-            try:
-                impl = factory(inp)
-            except G.Unavailable as e:
-                r.update(status="missing", reason=str(e))
-            except Exception as e:  # noqa: BLE001
-                r.update(status="missing", reason="setup raised " + _oneline(f"{type(e).__name__}: {e}"))
+            fi_key = (name, row.window is not None, row.kv_heads) if name.startswith("fi-") else None
+            if fi_key in self.fi_broken:
+                r.update(status="missing", reason=self.fi_broken[fi_key])
             else:
-                if impl.note:
-                    r["note"] = impl.note
-                self.measure(impl, r, refs, n_calls)
-                del impl
+                self.setup_and_measure(factory, inp, r, refs, n_calls)
+                if fi_key and r["status"] in ("missing", "error") \
+                        and not r["reason"].startswith("timing failed"):
+                    self.fi_broken[fi_key] = f"as in row {row.name}: {r['reason']}"
             us = r.get("us")
             log(f"  {name}: " + (f"{us:.2f} µs ({row.kv_bytes / (us * 1e-6) / 1e12:.2f} TB/s)" if us
                                  else f"{r['status']}: {r.get('reason', '')[:300]}")
