@@ -56,7 +56,14 @@ for step in $steps; do
       ;;
     bench)
       if [ -f benchmarks/bench_decode.py ]; then
-        python3 benchmarks/bench_decode.py --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40
+        # Peers travel as wheels (benchmarks/WHEELS.md); only this step sees them.
+        site=
+        if ls .whl/*.whl >/dev/null 2>&1; then
+          python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl >"$OUT/wheels.log" 2>&1 && site=/tmp/site
+        fi
+        PYTHONPATH=$site FLINT_GIT_COMMIT=${FLINT_COMMIT:-} python3 benchmarks/bench_decode.py \
+          --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40
         note "bench done ($(( $(date +%s) - t0 )) s)"
       fi
       ;;
