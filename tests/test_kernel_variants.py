@@ -27,8 +27,7 @@ CONFIGS = [
     "7,4,3,1,0",
     "16,8,2,2,0",
     "5,8,3,1,0",
-    "33,4,4,1,0",
-    "132,8,2,1,0",
+    "25,4,4,1,0",
     "4,4,2,1,1",
     "4,4,3,1,1",
     "8,4,2,1,1",
@@ -134,6 +133,22 @@ def test_default_heuristic(batch, num_kv_heads, window):
     torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, scale, out)
     torch.cuda.synchronize()
     check(out, reference(q, kv, bt, sl, sinks, window, scale))
+
+
+def test_many_splits(launch_config):
+    # 132 splits of one (request, kv head): what the heuristic picks for batch 1, 1 kv head.
+    q, kv, bt, sl, sinks, out = make_inputs([20000, 3000, 0, 1], 1, None)
+    launch_config("132,8,2,1,0")
+    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.07, out)
+    torch.cuda.synchronize()
+    check(out, reference(q, kv, bt, sl, sinks, None, 0.07))
+
+
+def test_workspace_limit_is_an_error(launch_config):
+    q, kv, bt, sl, sinks, out = make_inputs([100] * 20, 2, None)
+    launch_config("33,4,2,1,0")  # 40 (request, kv head) pairs x 33 splits > 4 x SMs
+    with pytest.raises(RuntimeError, match="workspace holds"):
+        torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.1, out)
 
 
 def test_unsupported_config_is_an_error(launch_config):
