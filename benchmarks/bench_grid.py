@@ -207,7 +207,7 @@ def format_config(cfg: Config) -> str:
 def sweep_candidates(row: Row, num_sms: int, limit: int) -> list[Config]:
     """Configs around the default: splits at 1/2, 3/4, 1, 3/2, 2 and 4 x its
     choice (plus 1, 2, 4, 8 for sliding rows), warps {4, 8}, stages {2, 3, 4},
-    min_pages {1, 2, 4}; cluster only for sliding rows with splits in {4, 8}
+    min_pages {1, 2, 4}; cluster with splits in {4, 8}
     and 4 warps. Ordered by how many fields differ from the default (then by
     how far splits moved), the default first, cut at ``limit``."""
     sliding = row.window is not None
@@ -222,7 +222,7 @@ def sweep_candidates(row: Row, num_sms: int, limit: int) -> list[Config]:
             for st in (2, 3, 4):
                 for mp in (1, 2, 4):
                     cands.add((s, w, st, mp, 0))
-                    if sliding and s in (4, 8) and w == 4:
+                    if s in (4, 8) and w == 4:
                         cands.add((s, w, st, mp, 1))
     cands.add(d)
 
