@@ -6,6 +6,8 @@ Every op test takes the ``device`` fixture and runs on "cpu" and "cuda"; the
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -115,3 +117,14 @@ LAYOUTS = {
     "strided": dict(strided_cache=True, strided_io=True),
     "shared_strided": dict(shared_pages=True, strided_cache=True),
 }
+
+
+def layout_grid(batches, kv_heads, windows):
+    """pytest params (batch, num_kv_heads, window, layout) for every batch, kv
+    head count and window; the layout rotates so that each one meets every
+    batch size, kv head count and window."""
+    for (ib, batch), (ik, kvh), (iw, window) in itertools.product(
+        enumerate(batches), enumerate(kv_heads), enumerate(windows)
+    ):
+        layout = list(LAYOUTS)[(ib + ik + iw) % len(LAYOUTS)]
+        yield pytest.param(batch, kvh, window, layout, id=f"b{batch}-kvh{kvh}-w{window}-{layout}")

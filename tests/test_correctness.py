@@ -7,11 +7,9 @@ with make_paged_inputs(..., seed=SEED).
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
-from conftest import LAYOUTS, check_against_reference, run_op
+from conftest import LAYOUTS, check_against_reference, layout_grid, run_op
 
 from flint_attention.reference import make_paged_inputs
 
@@ -34,17 +32,7 @@ KV_HEADS = [1, 2, 8, 16]
 WINDOWS = [None, 1, 128, 6000]  # 6000 > every seq_len here
 
 
-def _grid():
-    # Every (batch, kv heads, window); the layout rotates so that each layout
-    # meets each batch size, kv head count and window.
-    for (ib, batch), (ik, kvh), (iw, window) in itertools.product(
-        enumerate(BATCHES), enumerate(KV_HEADS), enumerate(WINDOWS)
-    ):
-        layout = list(LAYOUTS)[(ib + ik + iw) % len(LAYOUTS)]
-        yield pytest.param(batch, kvh, window, layout, id=f"b{batch}-kvh{kvh}-w{window}-{layout}")
-
-
-@pytest.mark.parametrize("batch, num_kv_heads, window, layout", list(_grid()))
+@pytest.mark.parametrize("batch, num_kv_heads, window, layout", list(layout_grid(BATCHES, KV_HEADS, WINDOWS)))
 def test_against_reference(device, batch, num_kv_heads, window, layout):
     inp = make_paged_inputs(
         batch, ragged_seq_lens(batch), num_kv_heads, window, device, **LAYOUTS[layout]

@@ -8,7 +8,6 @@ representative set for compute-sanitizer: ``pytest -m sanitizer_subset tests``.
 
 from __future__ import annotations
 
-import itertools
 import math
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import LAYOUTS, check_against_reference, check_output, needs_hopper, run_op
+from conftest import LAYOUTS, check_against_reference, check_output, layout_grid, needs_hopper, run_op
 
 from flint_attention import flint_decode_attention
 from flint_attention.reference import make_paged_inputs
@@ -32,26 +31,16 @@ EDGES = [0, 1, 15, 16, 17, 31, 32, 33, 127, 128, 129, 1000, 4095, 4096, 4097]
 
 
 def gpu_seq_lens(batch: int) -> list[int]:
-    """Request 0 is 131072 long, request batch // 2 (batch >= 3) 65537; the
-    others take the page-boundary lengths in EDGES in turn, 0 included."""
-    lens = [EDGES[i % len(EDGES)] for i in range(batch)]
+    """Request 0 is 131072 long and, for batch >= 3, the last one 65537; the
+    others take the page-boundary lengths in EDGES in turn, from request 1's 0."""
+    lens = [EDGES[(i - 1) % len(EDGES)] for i in range(batch)]
     lens[0] = 131072
     if batch >= 3:
-        lens[batch // 2] = 65537
+        lens[-1] = 65537
     return lens
 
 
-def _grid():
-    # Every (batch, kv heads, window): together they pick the launch shape
-    # (splits, cluster merge or not); the layout rotates over the grid.
-    for (ib, batch), (ik, kvh), (iw, window) in itertools.product(
-        enumerate(BATCHES), enumerate(KV_HEADS), enumerate(WINDOWS)
-    ):
-        layout = list(LAYOUTS)[(ib + ik + iw) % len(LAYOUTS)]
-        yield pytest.param(batch, kvh, window, layout, id=f"b{batch}-kvh{kvh}-w{window}-{layout}")
-
-
-@pytest.mark.parametrize("batch, num_kv_heads, window, layout", list(_grid()))
+@pytest.mark.parametrize("batch, num_kv_heads, window, layout", list(layout_grid(BATCHES, KV_HEADS, WINDOWS)))
 def test_gpu_grid(batch, num_kv_heads, window, layout):
     lens = gpu_seq_lens(batch)
     inp = make_paged_inputs(batch, lens, num_kv_heads, window, "cuda", **LAYOUTS[layout])
