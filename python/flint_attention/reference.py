@@ -16,9 +16,8 @@ from typing import NamedTuple
 
 import torch
 
-HEAD_DIM = 128
-GQA = 8
-PAGE_TOKENS = 16
+from flint_attention.ops import GQA, HEAD_DIM, PAGE_TOKENS
+
 DEFAULT_SCALE = HEAD_DIM**-0.5
 
 
