@@ -25,7 +25,10 @@ nvcc_flags = [
     "--expt-relaxed-constexpr",
     "-DPy_LIMITED_API=0x030a0000",
 ]
-cxx_flags = ["-O3", "-std=c++17", "-DPy_LIMITED_API=0x030a0000"]
+# -fopenmp: at::parallel_for is header-only and runs serially without it (the
+# CPU path's threads share torch's own libgomp). -ffp-contract=off: the CPU path
+# mirrors the kernel's rounding; no fma may appear that the source does not write.
+cxx_flags = ["-O3", "-std=c++17", "-DPy_LIMITED_API=0x030a0000", "-fopenmp", "-ffp-contract=off"]
 
 setup(
     name="flint-attention",
@@ -38,6 +41,7 @@ setup(
             sources=sources,
             include_dirs=[os.path.join(ROOT, "csrc")],
             extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+            extra_link_args=["-fopenmp"],
             py_limited_api=True,
         )
     ],

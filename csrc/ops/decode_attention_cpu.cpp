@@ -1,0 +1,196 @@
+// CPU path of flint::decode_attention. It serves two purposes: running the op
+// where there is no Hopper GPU, and being the tight yardstick for the CUDA
+// kernel. So it follows the kernel's numerics (fp32 accumulation, exp2 with the
+// scale folded into log2(e), P rounded to bf16 for P V) rather than textbook
+// softmax; only summation orders differ. It also checks the data-dependent
+// contract (seq_lens range, block ids) that the GPU cannot check without a sync.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <torch/library.h>
+
+#include "decode_attention/params.h"
+#include "ops/validation.h"
+
+namespace flint {
+namespace {
+
+// log2(e) in double; the kernel folds it into the softmax scale once on the host.
+constexpr double kLog2e = 1.4426950408889634;
+// The fp32 constant the kernel multiplies the sink logit by.
+constexpr float kLog2eF = 1.4426950408889634f;
+
+float bf16_to_float(uint16_t bits) {
+  return static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()));
+}
+
+// Round to nearest even, as the kernel's cvt.rn.bf16x2.f32.
+uint16_t float_to_bf16(float x) { return c10::BFloat16(x).x; }
+
+// Positions [start, end) of request b that the query attends to.
+struct Span {
+  int start;
+  int end;
+};
+
+Span attended_span(const DecodeParams& p, int b) {
+  const int seq_len = p.seq_lens[b];
+  const int start = p.window > 0 ? std::max(seq_len - p.window, 0) : 0;
+  return {start, seq_len};
+}
+
+DecodeParams make_params(const at::Tensor& q, const at::Tensor& kv_cache,
+                         const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                         const at::Tensor& sinks, std::optional<int64_t> window, double scale,
+                         const at::Tensor& out) {
+  DecodeParams p{};
+  p.q = static_cast<const uint16_t*>(q.data_ptr());
+  p.kv_cache = static_cast<const uint16_t*>(kv_cache.data_ptr());
+  p.block_tables = block_tables.data_ptr<int32_t>();
+  p.seq_lens = seq_lens.data_ptr<int32_t>();
+  p.sinks = sinks.data_ptr<float>();
+  p.out = static_cast<uint16_t*>(out.data_ptr());
+  p.q_stride_b = q.stride(0);
+  p.q_stride_h = q.stride(1);
+  p.out_stride_b = out.stride(0);
+  p.out_stride_h = out.stride(1);
+  p.kv_stride_block = kv_cache.stride(0);
+  p.kv_stride_head = kv_cache.stride(1);
+  p.bt_stride_b = block_tables.stride(0);
+  p.batch = static_cast<int>(q.size(0));
+  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
+  p.num_blocks = static_cast<int>(kv_cache.size(0));
+  p.max_blocks = static_cast<int>(block_tables.size(1));
+  // seq_lens are int32, so any window beyond INT32_MAX means "everything".
+  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  // The kernel receives exactly this float: scale * log2(e) rounded once.
+  p.scale_log2 = static_cast<float>(scale * kLog2e);
+  return p;
+}
+
+// What the GPU takes on trust (checking it there would need a device sync):
+// every seq_len fits its block-table row, and every block it attends exists.
+void check_data_contract(const DecodeParams& p) {
+  const int64_t max_len = int64_t{kPageTokens} * p.max_blocks;
+  for (int b = 0; b < p.batch; ++b) {
+    const int seq_len = p.seq_lens[b];
+    TORCH_CHECK(seq_len >= 0 && seq_len <= max_len, "flint.decode_attention: seq_lens[", b,
+                "] must be in [0, 16 * block_tables.size(1)] = [0, ", max_len, "], got ",
+                seq_len);
+    const Span span = attended_span(p, b);
+    if (span.start >= span.end) continue;
+    const int32_t* row = p.block_tables + b * p.bt_stride_b;
+    for (int page = span.start / kPageTokens; page <= (span.end - 1) / kPageTokens; ++page) {
+      TORCH_CHECK(row[page] >= 0 && row[page] < p.num_blocks,
+                  "flint.decode_attention: block_tables[", b, ", ", page, "] (attended by request ",
+                  b, ") must be a block of kv_cache, in [0, ", p.num_blocks, "), got ", row[page]);
+    }
+  }
+}
+
+// Row [K | V] of position `pos` of request b in kv head kvh.
+const uint16_t* token_row(const DecodeParams& p, int b, int kvh, int pos) {
+  const int64_t block = p.block_tables[b * p.bt_stride_b + pos / kPageTokens];
+  return p.kv_cache + block * p.kv_stride_block + kvh * p.kv_stride_head +
+         (pos % kPageTokens) * kRowElems;
+}
+
+// The 8 query heads of kv head kvh of request b. `scores` is scratch space
+// reused across calls.
+void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
+  uint16_t* out = p.out + b * p.out_stride_b + int64_t{kvh} * kGqa * p.out_stride_h;
+  const Span span = attended_span(p, b);
+  const int n = span.end - span.start;
+  if (n <= 0) {
+    for (int j = 0; j < kGqa; ++j) std::fill_n(out + j * p.out_stride_h, kHeadDim, uint16_t{0});
+    return;
+  }
+
+  // q transposed to [dim][head]: the inner loops below then run over the 8
+  // heads (or the 128 dims) with independent accumulators, so they vectorize
+  // while each sum keeps its sequential fp32 order.
+  float q[kHeadDim][kGqa];
+  for (int j = 0; j < kGqa; ++j) {
+    const uint16_t* qh = p.q + b * p.q_stride_b + int64_t{kvh * kGqa + j} * p.q_stride_h;
+    for (int d = 0; d < kHeadDim; ++d) q[d][j] = bf16_to_float(qh[d]);
+  }
+
+  // Scores s = q . K, unscaled, and their max per head.
+  scores.resize(static_cast<size_t>(n) * kGqa);
+  float m[kGqa];
+  std::fill_n(m, kGqa, -std::numeric_limits<float>::infinity());
+  for (int i = 0; i < n; ++i) {
+    const uint16_t* row = token_row(p, b, kvh, span.start + i);
+    float k[kHeadDim];
+    for (int d = 0; d < kHeadDim; ++d) k[d] = bf16_to_float(row[d]);
+    float s[kGqa] = {};
+    for (int d = 0; d < kHeadDim; ++d) {
+      for (int j = 0; j < kGqa; ++j) s[j] += q[d][j] * k[d];
+    }
+    for (int j = 0; j < kGqa; ++j) {
+      scores[i * kGqa + j] = s[j];
+      m[j] = std::max(m[j], s[j]);
+    }
+  }
+
+  // p = exp2(s * c - m * c), the exponent formed by one fma as on the GPU;
+  // l sums the fp32 p, while P V uses p rounded to bf16 (the mma operand).
+  const float c = p.scale_log2;
+  float ms[kGqa];
+  float l[kGqa] = {};
+  float o[kGqa][kHeadDim] = {};
+  for (int j = 0; j < kGqa; ++j) ms[j] = m[j] * c;
+  for (int i = 0; i < n; ++i) {
+    const uint16_t* row = token_row(p, b, kvh, span.start + i);
+    float v[kHeadDim];
+    for (int d = 0; d < kHeadDim; ++d) v[d] = bf16_to_float(row[kHeadDim + d]);
+    for (int j = 0; j < kGqa; ++j) {
+      const float pj = std::exp2(std::fma(scores[i * kGqa + j], c, -ms[j]));
+      l[j] += pj;
+      const float pb = bf16_to_float(float_to_bf16(pj));
+      for (int d = 0; d < kHeadDim; ++d) o[j][d] += pb * v[d];
+    }
+  }
+
+  // The sink is one more logit: it only adds exp(sink - m) to the denominator.
+  for (int j = 0; j < kGqa; ++j) {
+    const float sink = p.sinks[kvh * kGqa + j];
+    const float inv = 1.0f / (l[j] + std::exp2(sink * kLog2eF - ms[j]));
+    uint16_t* oh = out + j * p.out_stride_h;
+    for (int d = 0; d < kHeadDim; ++d) oh[d] = float_to_bf16(o[j][d] * inv);
+  }
+}
+
+void decode_attention_cpu(const at::Tensor& q, const at::Tensor& kv_cache,
+                          const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                          const at::Tensor& sinks, std::optional<int64_t> window, double scale,
+                          const at::Tensor& out) {
+  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
+  if (q.size(0) == 0) return;
+  const DecodeParams p =
+      make_params(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
+  check_data_contract(p);
+
+  // One task per (request, kv head): each reads its K/V rows once for all 8
+  // query heads, as one CTA group does on the GPU.
+  const int64_t num_bh = int64_t{p.batch} * p.num_kv_heads;
+  at::parallel_for(0, num_bh, /*grain_size=*/1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t bh = begin; bh < end; ++bh) {
+      attend(p, static_cast<int>(bh / p.num_kv_heads), static_cast<int>(bh % p.num_kv_heads),
+             scores);
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(flint, CPU, m) { m.impl("decode_attention", &decode_attention_cpu); }
+
+}  // namespace flint

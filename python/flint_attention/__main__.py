@@ -1,0 +1,109 @@
+"""``python -m flint_attention``: one realistic decode step, checked and timed.
+
+Builds a random paged batch (8 requests, ragged lengths up to 4096, 8 kv heads,
+sinks), runs it with full attention and with a 128-token window on the best
+device here (the CUDA kernel on a Hopper GPU, otherwise the CPU path), checks
+each output against the float64 reference, and prints the error, the time per
+call (median; CUDA events after a warm-up on the GPU, perf_counter on the CPU)
+and the achieved K/V bandwidth (attended K and V bytes / time). Exits with 1 if
+a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import statistics
+import sys
+import time
+
+import torch
+
+from flint_attention import flint_decode_attention
+from flint_attention.reference import (
+    BF16_VS_F64,
+    DEFAULT_SCALE,
+    attended_kv_bytes,
+    error_report,
+    make_paged_inputs,
+    reference_decode_attention,
+)
+
+BATCH = 8
+MAX_LEN = 4096
+NUM_KV_HEADS = 8
+WINDOWS = [None, 128]
+
+
+def pick_device() -> tuple[str, str]:
+    """("cuda" or "cpu", why)."""
+    if not torch.cuda.is_available():
+        return "cpu", "the CPU path: no CUDA GPU is visible"
+    name = torch.cuda.get_device_name()
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return "cpu", f"the CPU path: {name} is sm_{major}{minor}, the kernel needs Hopper (sm_90)"
+    return "cuda", f"the CUDA kernel on {name} (sm_90)"
+
+
+def median_seconds(call, device: str, reps: int) -> float:
+    if device == "cuda":
+        for _ in range(10):  # warm-up: first-call set-up, clocks, caches
+            call()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for start, end in events:
+            start.record()
+            call()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in events) / 1e3
+    call()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m flint_attention", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
+    parser.add_argument("--reps", type=int, default=None, help="timed calls (default: 100 GPU, 10 CPU)")
+    args = parser.parse_args()
+
+    device, why = pick_device()
+    reps = args.reps or (100 if device == "cuda" else 10)
+    seed = secrets.randbits(62) if args.seed is None else args.seed
+    gen = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, MAX_LEN + 1, (BATCH,), generator=gen).tolist()
+    lens[0] = MAX_LEN  # one request at the full length
+    print(
+        f"flint decode attention: {BATCH} requests, seq_lens {lens}, {NUM_KV_HEADS} kv heads "
+        f"({8 * NUM_KV_HEADS} query heads), head_dim 128, bf16, sinks, scale 128**-0.5"
+    )
+    print(f"device: {device}, {why}")
+
+    ok = True
+    for window in WINDOWS:
+        inp = make_paged_inputs(BATCH, lens, NUM_KV_HEADS, window, device, seed=seed)
+        call_args = (inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, DEFAULT_SCALE)
+        out = flint_decode_attention(*call_args, inp.out)
+        report = error_report(out, reference_decode_attention(*call_args), BF16_VS_F64)
+        seconds = median_seconds(lambda: flint_decode_attention(*call_args, inp.out), device, reps)
+        gbps = attended_kv_bytes(lens, window, NUM_KV_HEADS) / seconds / 1e9
+        verdict = "ok" if report.ok(BF16_VS_F64) else "FAILED"
+        print(
+            f"window {str(window):>4}: vs float64 reference max abs err {report.max_abs:.2e}, "
+            f"rel Frobenius err {report.rel_fro:.2e} -> {verdict}; "
+            f"{seconds * 1e6:.1f} us/call, {gbps:.1f} GB/s K/V"
+        )
+        if not report.ok(BF16_VS_F64):
+            print(report.describe(BF16_VS_F64))
+            ok = False
+    print(f"{'all checks passed' if ok else 'CHECK FAILED'} (replay: python -m flint_attention --seed {seed})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

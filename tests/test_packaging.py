@@ -1,0 +1,74 @@
+"""The built extension: it carries sm_90a GPU code, and a bare import loads it."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import flint_attention
+
+
+def extension_path() -> Path:
+    [path] = Path(flint_attention.__file__).parent.glob("_C*.so")
+    return path
+
+
+def elf_section(data: bytes, name: str) -> bytes:
+    """Contents of section ``name`` of a little-endian ELF64 file."""
+    assert data[:4] == b"\x7fELF" and data[4] == 2, "not an ELF64 file"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i):  # (name offset, file offset, size) of section i
+        sh_name, = struct.unpack_from("<I", data, shoff + i * shentsize)
+        sh_offset, sh_size = struct.unpack_from("<QQ", data, shoff + i * shentsize + 0x18)
+        return sh_name, sh_offset, sh_size
+
+    _, strtab, _ = header(shstrndx)
+    for i in range(shnum):
+        sh_name, offset, size = header(i)
+        if data[strtab + sh_name : data.index(b"\0", strtab + sh_name)].decode() == name:
+            return data[offset : offset + size]
+    raise AssertionError(f"no {name} section")
+
+
+def fatbin_cubins(fatbin: bytes):
+    """(arch, flags) of every cubin in a fatbin section.
+
+    The fatbin format is not documented; this is the layout nvcc 12/13 write:
+    a 16-byte header (magic 0xBA55ED50, version, header size, payload size),
+    then entries with a u16 kind (1 PTX, 2 cubin) at 0, u32 header size at 4,
+    u64 payload size at 8, u32 SM arch at 28 (90 for sm_90) and u64 flags at
+    40, where 0x100000 marks arch-specific ("a") code.
+    """
+    pos = 0
+    while pos + 16 <= len(fatbin):
+        magic, _, header_size, size = struct.unpack_from("<IHHQ", fatbin, pos)
+        if magic != 0xBA55ED50:
+            break
+        entry, end = pos + header_size, pos + header_size + size
+        while entry < end:
+            kind, _, entry_header, payload = struct.unpack_from("<HHIQ", fatbin, entry)
+            arch, = struct.unpack_from("<I", fatbin, entry + 28)
+            flags, = struct.unpack_from("<Q", fatbin, entry + 40)
+            if kind == 2:
+                yield arch, flags
+            entry += entry_header + payload
+        pos = end
+
+
+def test_extension_has_sm90a_code():
+    fatbin = elf_section(extension_path().read_bytes(), ".nv_fatbin")
+    cubins = list(fatbin_cubins(fatbin))
+    assert cubins, "no cubin in .nv_fatbin"
+    assert all(arch == 90 and flags & 0x100000 for arch, flags in cubins), (
+        f"expected only sm_90a cubins, got (arch, flags) {[(a, hex(f)) for a, f in cubins]}"
+    )
+
+
+def test_bare_import_registers_the_op():
+    code = "import flint_attention; import torch; torch.ops.flint.decode_attention.default; print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -1,0 +1,81 @@
+"""How the op is registered: schema, backends, fake implementation, opcheck and
+torch.compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import run_op
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from flint_attention import flint_decode_attention
+from flint_attention.reference import make_paged_inputs
+
+OP = "flint::decode_attention"
+
+
+def test_schema():
+    assert str(torch.ops.flint.decode_attention.default._schema) == (
+        "flint::decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, "
+        "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out) -> ()"
+    )
+
+
+@pytest.mark.parametrize("key", ["CPU", "CUDA"])
+def test_backend_registered(key):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(OP, key)
+
+
+def sample_inputs(device):
+    for batch, lens, kvh, window in [
+        (1, [17], 1, None),
+        (3, [0, 33, 100], 2, 64),
+        (2, [1, 16], 8, 1),
+    ]:
+        inp = make_paged_inputs(batch, lens, kvh, window, device, shared_pages=True)
+        yield (inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, 0.125, inp.out)
+
+
+def test_opcheck(device):
+    for args in sample_inputs(device):
+        torch.library.opcheck(torch.ops.flint.decode_attention.default, args)
+
+
+def test_fake_tensor_mode(device):
+    inp = make_paged_inputs(3, [5, 0, 40], 2, None, device)
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fake = [mode.from_tensor(t) for t in inp[:6]]
+        q, kv_cache, block_tables, seq_lens, sinks, out = fake
+        result = flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, 16, 0.1, out)
+    assert result is out and result.shape == inp.q.shape and result.device == inp.q.device
+
+
+def test_fake_rejects_wrong_shapes():
+    inp = make_paged_inputs(2, [5, 6], 1, None, "cpu")
+    with FakeTensorMode() as mode:
+        q, kv_cache, block_tables, seq_lens, sinks = (mode.from_tensor(t) for t in inp[:5])
+        bad_out = mode.from_tensor(torch.empty(2, 16, 128, dtype=torch.bfloat16))
+        with pytest.raises(RuntimeError, match="out must have the shape of q"):
+            flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.1, bad_out)
+
+
+def test_torch_compile_fullgraph(device):
+    inp = make_paged_inputs(3, [9, 0, 70], 2, 32, device)
+
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        attn = flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, 32, 0.125, out)
+        return attn * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    expected = step(*inp[:6]).clone()
+    eager_out = inp.out.clone()
+    inp.out.fill_(float("nan"))
+    result = compiled(*inp[:6])
+    assert torch.equal(result, expected)
+    assert torch.equal(inp.out, eager_out), "the compiled call must write out in place"
+
+
+def test_wrapper_returns_out(device):
+    inp = make_paged_inputs(1, [3], 1, None, device)
+    assert run_op(inp, None) is inp.out

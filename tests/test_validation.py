@@ -1,0 +1,179 @@
+"""Every input the op rejects (csrc/ops/validation.cpp, and the data contract the
+CPU path checks): each raises RuntimeError with a message naming the argument."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import needs_hopper
+
+from flint_attention import flint_decode_attention
+from flint_attention.reference import DEFAULT_SCALE, make_paged_inputs
+
+NAMES = ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "window", "scale", "out"]
+
+
+def valid_args(device) -> dict:
+    inp = make_paged_inputs(2, [5, 20], 1, None, device, poison=False)
+    return dict(
+        q=inp.q,
+        kv_cache=inp.kv_cache,
+        block_tables=inp.block_tables,
+        seq_lens=inp.seq_lens,
+        sinks=inp.sinks,
+        window=None,
+        scale=DEFAULT_SCALE,
+        out=inp.out,
+    )
+
+
+def call(args: dict):
+    return torch.ops.flint.decode_attention(*(args[n] for n in NAMES))
+
+
+# Layout helpers: a tensor with t's values but a different memory layout.
+def misaligned(t):
+    """Data pointer one element (2 or 4 bytes) past a 16-byte boundary."""
+    flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:]
+    return flat.view(t.shape).copy_(t)
+
+
+def padded(t, dim, extra):
+    """Size of dim kept, stride of the dims before it widened by ``extra``."""
+    shape = list(t.shape)
+    shape[dim] += extra
+    buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
+    return buf.narrow(dim, 0, t.shape[dim]).copy_(t)
+
+
+def every_other(t, dim):
+    """Stride 2 along dim."""
+    shape = list(t.shape)
+    shape[dim] *= 2
+    buf = torch.zeros(shape, dtype=t.dtype, device=t.device)
+    return buf[(slice(None),) * dim + (slice(None, None, 2),)].copy_(t)
+
+
+def block_padded(kv_cache):
+    """Blocks 4097 elements apart: a block stride that is not a multiple of 8."""
+    return padded(kv_cache.flatten(1), 1, 1).unflatten(1, kv_cache.shape[1:])
+
+
+def with_shape(t, *shape):
+    return torch.zeros(shape, dtype=t.dtype, device=t.device)
+
+
+# (id, change to the valid args, regex the message must match)
+BAD_INPUTS = [
+    # dtypes
+    ("q_dtype", lambda a: dict(q=a["q"].half()), r"q must be BFloat16, got Half"),
+    ("kv_cache_dtype", lambda a: dict(kv_cache=a["kv_cache"].half()), r"kv_cache must be BFloat16"),
+    ("block_tables_dtype", lambda a: dict(block_tables=a["block_tables"].long()), r"block_tables must be Int, got Long"),
+    ("seq_lens_dtype", lambda a: dict(seq_lens=a["seq_lens"].long()), r"seq_lens must be Int"),
+    ("sinks_dtype", lambda a: dict(sinks=a["sinks"].bfloat16()), r"sinks must be Float, got BFloat16"),
+    ("out_dtype", lambda a: dict(out=a["out"].float()), r"out must be BFloat16, got Float"),
+    # ranks
+    ("q_rank", lambda a: dict(q=a["q"][0]), r"q must be \[batch, num_heads, 128\] \(3-D\), got a 2-D"),
+    ("kv_cache_rank", lambda a: dict(kv_cache=a["kv_cache"][0]), r"kv_cache must be \[num_blocks, .*\(4-D\), got a 3-D"),
+    ("block_tables_rank", lambda a: dict(block_tables=a["block_tables"][0]), r"block_tables must be .*\(2-D\), got a 1-D"),
+    ("seq_lens_rank", lambda a: dict(seq_lens=a["seq_lens"][None]), r"seq_lens must be \[batch\] \(1-D\), got a 2-D"),
+    ("sinks_rank", lambda a: dict(sinks=a["sinks"][None]), r"sinks must be \[num_heads\] \(1-D\), got a 2-D"),
+    ("out_rank", lambda a: dict(out=a["out"][0]), r"out must be .*\(3-D\), got a 2-D"),
+    # shapes
+    ("head_dim", lambda a: dict(q=with_shape(a["q"], 2, 8, 64), out=with_shape(a["out"], 2, 8, 64)), r"q must have head_dim 128"),
+    ("num_heads", lambda a: dict(q=with_shape(a["q"], 2, 16, 128), out=with_shape(a["out"], 2, 16, 128)), r"q must have num_heads == 8 \* num_kv_heads"),
+    ("no_kv_heads", lambda a: dict(kv_cache=with_shape(a["kv_cache"], 4, 0, 16, 256)), r"kv_cache must have at least one kv head"),
+    ("page_size", lambda a: dict(kv_cache=with_shape(a["kv_cache"], 4, 1, 8, 256)), r"kv_cache must be \[num_blocks, num_kv_heads, 16, 256\]"),
+    ("cache_last_dim", lambda a: dict(kv_cache=with_shape(a["kv_cache"], 4, 1, 16, 128)), r"kv_cache must be \[num_blocks, num_kv_heads, 16, 256\]"),
+    ("out_batch", lambda a: dict(out=with_shape(a["out"], 3, 8, 128)), r"out must have the shape of q"),
+    ("out_heads", lambda a: dict(out=with_shape(a["out"], 2, 16, 128)), r"out must have the shape of q"),
+    ("block_tables_batch", lambda a: dict(block_tables=a["block_tables"][:1]), r"block_tables must have 2 rows"),
+    ("seq_lens_batch", lambda a: dict(seq_lens=a["seq_lens"][:1]), r"seq_lens must have 2 entries"),
+    ("sinks_shape", lambda a: dict(sinks=a["sinks"][:4]), r"sinks must have num_heads = 8 entries"),
+    # strides and alignment
+    ("cache_row_stride", lambda a: dict(kv_cache=padded(a["kv_cache"], 3, 8)), r"kv_cache pages must be contiguous"),
+    ("cache_last_stride", lambda a: dict(kv_cache=a["kv_cache"].transpose(2, 3).contiguous().transpose(2, 3)), r"kv_cache pages must be contiguous"),
+    ("cache_misaligned", lambda a: dict(kv_cache=misaligned(a["kv_cache"])), r"kv_cache pages must be 16-byte aligned"),
+    ("cache_block_stride", lambda a: dict(kv_cache=block_padded(a["kv_cache"])), r"kv_cache pages must be 16-byte aligned \(stride\(0\) and stride\(1\) multiples of 8"),
+    ("q_last_dim_strided", lambda a: dict(q=every_other(a["q"], 2)), r"q must have a contiguous last dim"),
+    ("out_last_dim_strided", lambda a: dict(out=every_other(a["out"], 2)), r"out must have a contiguous last dim"),
+    ("q_row_stride", lambda a: dict(q=padded(a["q"], 2, 1)), r"q rows must be 16-byte aligned"),
+    ("q_misaligned", lambda a: dict(q=misaligned(a["q"])), r"q rows must be 16-byte aligned"),
+    ("out_row_stride", lambda a: dict(out=padded(a["out"], 2, 1)), r"out rows must be 16-byte aligned"),
+    ("out_misaligned", lambda a: dict(out=misaligned(a["out"])), r"out rows must be 16-byte aligned"),
+    ("block_tables_rows", lambda a: dict(block_tables=every_other(a["block_tables"], 1)), r"block_tables rows must be contiguous"),
+    ("seq_lens_strided", lambda a: dict(seq_lens=every_other(a["seq_lens"], 0)), r"seq_lens must be contiguous"),
+    ("sinks_strided", lambda a: dict(sinks=every_other(a["sinks"], 0)), r"sinks must be contiguous"),
+    # scalars
+    ("window_0", lambda a: dict(window=0), r"window must be None or >= 1, got 0"),
+    ("window_neg", lambda a: dict(window=-1), r"window must be None or >= 1, got -1"),
+    ("scale_0", lambda a: dict(scale=0.0), r"scale must be finite and > 0, got 0"),
+    ("scale_neg", lambda a: dict(scale=-1.0), r"scale must be finite and > 0, got -1"),
+    ("scale_nan", lambda a: dict(scale=math.nan), r"scale must be finite and > 0, got nan"),
+    ("scale_inf", lambda a: dict(scale=math.inf), r"scale must be finite and > 0, got inf"),
+    ("scale_neg_inf", lambda a: dict(scale=-math.inf), r"scale must be finite and > 0, got -inf"),
+]
+
+
+@pytest.mark.parametrize("change, match", [pytest.param(c, m, id=i) for i, c, m in BAD_INPUTS])
+def test_rejects_bad_input(device, change, match):
+    args = valid_args(device)
+    args.update(change(args))
+    with pytest.raises(RuntimeError, match=match):
+        call(args)
+
+
+@needs_hopper
+@pytest.mark.parametrize("name", ["kv_cache", "block_tables", "seq_lens", "sinks", "out"])
+def test_rejects_mixed_devices(name):
+    args = valid_args("cuda")
+    args[name] = args[name].cpu()
+    with pytest.raises(RuntimeError, match=rf"all tensors must be on one device; q is on cuda:0 but {name} is on cpu"):
+        call(args)
+
+
+# The data contract: the GPU trusts it (checking needs a sync), the CPU path checks it.
+def test_cpu_rejects_seq_len_beyond_block_table():
+    args = valid_args("cpu")
+    max_len = 16 * args["block_tables"].shape[1]
+    args["seq_lens"][1] = max_len + 1
+    with pytest.raises(RuntimeError, match=rf"seq_lens\[1\] must be in \[0, 16 \* block_tables.size\(1\)\] = \[0, {max_len}\], got {max_len + 1}"):
+        call(args)
+
+
+def test_cpu_rejects_negative_seq_len():
+    args = valid_args("cpu")
+    args["seq_lens"][0] = -3
+    with pytest.raises(RuntimeError, match=r"seq_lens\[0\] must be in \[0, .*\], got -3"):
+        call(args)
+
+
+@pytest.mark.parametrize("bad_id", ["num_blocks", -1])
+def test_cpu_rejects_block_id_out_of_range(bad_id):
+    args = valid_args("cpu")
+    num_blocks = args["kv_cache"].shape[0]
+    bad = num_blocks if bad_id == "num_blocks" else bad_id
+    args["block_tables"][1, 1] = bad  # request 1 has 20 tokens: pages 0 and 1
+    with pytest.raises(RuntimeError, match=rf"block_tables\[1, 1\] \(attended by request 1\) must be a block of kv_cache, in \[0, {num_blocks}\), got {bad}"):
+        call(args)
+
+
+# Edge inputs that are valid.
+def test_batch_zero_returns_out_untouched(device):
+    q = torch.empty(0, 8, 128, dtype=torch.bfloat16, device=device)
+    kv_cache = torch.empty(0, 1, 16, 256, dtype=torch.bfloat16, device=device)
+    block_tables = torch.empty(0, 0, dtype=torch.int32, device=device)
+    seq_lens = torch.empty(0, dtype=torch.int32, device=device)
+    sinks = torch.zeros(8, device=device)
+    out = torch.empty(0, 8, 128, dtype=torch.bfloat16, device=device)
+    result = flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.1, out)
+    assert result is out and out.shape == (0, 8, 128)
+
+
+def test_zero_width_block_table_with_empty_requests(device):
+    inp = make_paged_inputs(3, 0, 1, None, device, max_blocks=0)
+    assert inp.block_tables.shape == (3, 0)
+    flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, None, 0.1, inp.out)
+    assert torch.equal(inp.out, torch.zeros_like(inp.out))
