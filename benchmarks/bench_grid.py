@@ -180,14 +180,19 @@ Config = tuple  # (splits, warps, stages, min_pages, cluster 0/1)
 
 
 def launch_config(batch: int, num_kv_heads: int, sliding: bool, num_sms: int) -> Config:
-    """The spec's ``_launch_config``: (splits, warps, stages, min_pages, cluster)."""
+    """The launcher's default (csrc/decode_attention/launch_config.h):
+    (splits, warps, stages, min_pages, cluster). Keep the two in step."""
     num_bh = batch * num_kv_heads
     if sliding:
         if batch <= 2:
             return (8, 4, 2, 1, 1)
-        return (4, 4, 3, 1, 1) if batch <= 16 else (1, 4, 3, 1, 0)
+        if batch <= 16:
+            return (2, 8, 3, 1, 0)
+        return (1, 4, 3 if batch <= 64 else 2, 1, 0)
     if batch <= 2:
-        return (max(1, num_sms // num_bh), 8, 2, 2, 0)
+        return (max(1, num_sms // num_bh), 8, 2, 1, 0)
+    if num_bh <= 8:
+        return (max(1, 2 * num_sms // num_bh), 8, 2, 4, 0)
     return (max(1, 2 * num_sms // num_bh), 4, 2 if batch <= 4 else 3, 2, 0)
 
 

@@ -32,7 +32,8 @@ for step in $steps; do
       grep -E "registers|spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -5 >"$OUT/ptxas.txt"
       ;;
     tests)
-      python3 -m pytest -q -x tests ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | tail -25
+      python3 -m pytest -q -p no:cacheprovider --durations=10 tests ${PYTEST_ARGS:-} 2>&1 \
+        | tee "$OUT/tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
       note "tests: $(tail -1 "$OUT/tests.log") ($(( $(date +%s) - t0 )) s)"
       ;;
     variants)
@@ -40,11 +41,13 @@ for step in $steps; do
       note "variants: $(tail -1 "$OUT/variants.log") ($(( $(date +%s) - t0 )) s)"
       ;;
     sanitize)
+      # The merge paths one launch each, then the tests marked sanitizer_subset.
       for tool in memcheck racecheck synccheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_cases.py \
-          >"$OUT/sanitize_$tool.log" 2>&1
+        { compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_cases.py &&
+          compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+            -m sanitizer_subset tests; } >"$OUT/sanitize_$tool.log" 2>&1
         rc=$?
-        note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+        note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tr '\n' ' '), $(grep -E '[0-9]+ passed' "$OUT/sanitize_$tool.log" | tail -1)"
         [ $rc -ne 0 ] && tail -30 "$OUT/sanitize_$tool.log"
       done
       ;;

@@ -199,6 +199,13 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
   const int bh = b * p.num_kv_heads + kvh;
   uint16_t* out_row = p.out + b * p.out_stride_b + (kvh * kGqa + eh) * p.out_stride_h;
+  // NOTE: sinks are weights, never written by the kernel this one overlaps
+  // with: read them first so that the epilogue never waits on a global load.
+  const float sink_scaled = p.sinks[kvh * kGqa + eh] * kLog2e;
+  const float cluster_sink_scaled =
+      kClusterSplits > 0
+          ? p.sinks[kvh * kGqa + cluster_merge_head<kWarps, kClusterSplits>(tid)] * kLog2e
+          : 0.f;
 
   // ---- sequence extent ---------------------------------------------------
   // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
@@ -353,12 +360,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       o[e + 3] += corr * x.w;
     }
   }
-  const float sink_scaled = p.sinks[kvh * kGqa + eh] * kLog2e;
-
   if constexpr (kClusterSplits > 0) {
     // ---- merge the splits of the cluster ------------------------------------
     cluster_merge<kWarps, kClusterSplits>(p, smem + Plan::kClusterOffset, split, b, kvh, tid, eh,
-                                          ed, o, m_cta, l_cta);
+                                          ed, o, m_cta, l_cta, cluster_sink_scaled);
   } else if (num_splits == 1) {
     store_out<E>(out_row + ed, o, 1.f / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
   } else {

@@ -82,6 +82,15 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
   store_out<E>(out_row + ed, o, 1.f / (l + ptx::ex2(sink_scaled - m_scaled)));
 }
 
+// In the cluster merge, rank r owns dims [r D, (r + 1) D) of all 8 heads:
+// kPerThread consecutive dims of one head per thread, this head.
+template <int kWarps, int kSplits>
+__device__ __forceinline__ int cluster_merge_head(int tid) {
+  constexpr int D = ClusterBufPlan<kSplits>::kDimsPerRank;
+  constexpr int kPerThread = kGqa * D / (32 * kWarps);
+  return tid * kPerThread / D;
+}
+
 // Cluster of kSplits CTAs (rank = split): each sends rank r its CTA-merged O
 // for dims [r D, (r + 1) D), D = 128 / kSplits, plus (m, l); after one cluster
 // barrier every rank merges all splits for its dims and writes them.
@@ -89,7 +98,7 @@ template <int kWarps, int kSplits>
 __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* buf, int split,
                                               int b, int kvh, int tid, int eh, int ed,
                                               const float (&o)[kGqa * kHeadDim / (32 * kWarps)],
-                                              float m_cta, float l_cta) {
+                                              float m_cta, float l_cta, float sink_scaled) {
   using Buf = ClusterBufPlan<kSplits>;
   constexpr int E = kGqa * kHeadDim / (32 * kWarps);
   constexpr int D = Buf::kDimsPerRank;
@@ -108,12 +117,11 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
   ptx::cluster_arrive();
   ptx::cluster_wait();
 
-  // This rank owns dims [split D, (split + 1) D) of all 8 heads: kPerThread
-  // consecutive dims of head h per thread.
+  // This rank owns dims [split D, (split + 1) D) of all 8 heads.
   constexpr int kPerThread = kGqa * D / (32 * kWarps);
   static_assert(kPerThread >= 1 && kPerThread <= 2, "one bf16 or one bf16 pair per thread");
   const float* cb = reinterpret_cast<const float*>(buf);
-  const int h = tid * kPerThread / D, dl = tid * kPerThread % D;
+  const int h = cluster_merge_head<kWarps, kSplits>(tid), dl = tid * kPerThread % D;
   float m = neg_inf();
 #pragma unroll
   for (int r = 0; r < kSplits; ++r) m = fmaxf(m, cb[Buf::kM + r * kGqa + h]);
@@ -126,7 +134,6 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kGqa + h) * D + dl + e];
   }
-  const float sink_scaled = p.sinks[kvh * kGqa + h] * kLog2e;
   const float inv = 1.f / (l + ptx::ex2(sink_scaled - m_scaled));
   uint16_t* dst_out =
       p.out + b * p.out_stride_b + (kvh * kGqa + h) * p.out_stride_h + split * D + dl;

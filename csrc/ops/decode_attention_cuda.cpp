@@ -1,5 +1,6 @@
 // Torch boundary of the CUDA path: checks, workspace, params, launch on the
 // current stream.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -56,9 +57,9 @@ void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
               "(grid z), got ", batch);
   TORCH_CHECK(num_kv_heads <= 65535, "flint.decode_attention: num_kv_heads must be <= 65535, "
               "got ", num_kv_heads);
-  TORCH_CHECK(window.value_or(0) <= INT32_MAX && block_tables.size(1) <= INT32_MAX / kPageTokens &&
-                  kv_cache.size(0) <= INT32_MAX,
-              "flint.decode_attention: window, 16 * max_blocks and num_blocks must fit int32");
+  TORCH_CHECK(block_tables.size(1) <= INT32_MAX / kPageTokens && kv_cache.size(0) <= INT32_MAX,
+              "flint.decode_attention: 16 * max_blocks and num_blocks must fit int32, got "
+              "block_tables ", block_tables.sizes(), " and kv_cache ", kv_cache.sizes());
 
   const bool sliding = window.has_value();
   const LaunchConfig cfg = launch_config(batch, num_kv_heads, sliding, props->multiProcessorCount);
@@ -97,7 +98,8 @@ void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
   p.num_blocks = static_cast<int>(kv_cache.size(0));
   // With no blocks at all nothing can be attended: every request writes zeros.
   p.max_blocks = p.num_blocks == 0 ? 0 : static_cast<int>(block_tables.size(1));
-  p.window = sliding ? static_cast<int>(*window) : 0;
+  // Any window >= 16 * max_blocks attends to everything; int32 holds them all.
+  p.window = sliding ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
   p.min_pages = cfg.min_pages;
   p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
 
