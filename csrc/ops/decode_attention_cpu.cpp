@@ -16,14 +16,14 @@
 #include <torch/library.h>
 
 #include "decode_attention/params.h"
+#include "ops/params_from_tensors.h"
 #include "ops/validation.h"
 
 namespace flint {
 namespace {
 
-// log2(e) in double; the kernel folds it into the softmax scale once on the host.
-constexpr double kLog2e = 1.4426950408889634;
-// The fp32 constant the kernel multiplies the sink logit by.
+// The fp32 constant the kernel multiplies the sink logit by (the softmax scale
+// has log2(e) folded in on the host, params_from_tensors).
 constexpr float kLog2eF = 1.4426950408889634f;
 
 float bf16_to_float(uint16_t bits) {
@@ -43,35 +43,6 @@ Span attended_span(const DecodeParams& p, int b) {
   const int seq_len = p.seq_lens[b];
   const int start = p.window > 0 ? std::max(seq_len - p.window, 0) : 0;
   return {start, seq_len};
-}
-
-DecodeParams make_params(const at::Tensor& q, const at::Tensor& kv_cache,
-                         const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                         const at::Tensor& sinks, std::optional<int64_t> window, double scale,
-                         const at::Tensor& out) {
-  DecodeParams p{};
-  p.q = static_cast<const uint16_t*>(q.data_ptr());
-  p.kv_cache = static_cast<const uint16_t*>(kv_cache.data_ptr());
-  p.block_tables = block_tables.data_ptr<int32_t>();
-  p.seq_lens = seq_lens.data_ptr<int32_t>();
-  p.sinks = sinks.data_ptr<float>();
-  p.out = static_cast<uint16_t*>(out.data_ptr());
-  p.q_stride_b = q.stride(0);
-  p.q_stride_h = q.stride(1);
-  p.out_stride_b = out.stride(0);
-  p.out_stride_h = out.stride(1);
-  p.kv_stride_block = kv_cache.stride(0);
-  p.kv_stride_head = kv_cache.stride(1);
-  p.bt_stride_b = block_tables.stride(0);
-  p.batch = static_cast<int>(q.size(0));
-  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
-  p.num_blocks = static_cast<int>(kv_cache.size(0));
-  p.max_blocks = static_cast<int>(block_tables.size(1));
-  // seq_lens are int32, so any window beyond INT32_MAX means "everything".
-  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
-  // The kernel receives exactly this float: scale * log2(e) rounded once.
-  p.scale_log2 = static_cast<float>(scale * kLog2e);
-  return p;
 }
 
 // What the GPU takes on trust (checking it there would need a device sync):
@@ -174,7 +145,7 @@ void decode_attention_cpu(const at::Tensor& q, const at::Tensor& kv_cache,
   check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
   if (q.size(0) == 0) return;
   const DecodeParams p =
-      make_params(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
+      params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
   check_data_contract(p);
 
   // One task per (request, kv head): each reads its K/V rows once for all 8

@@ -1,6 +1,5 @@
 // Torch boundary of the CUDA path: checks, workspace, params, launch on the
 // current stream.
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,6 +10,7 @@
 #include <torch/library.h>
 
 #include "decode_attention/launch.h"
+#include "ops/params_from_tensors.h"
 #include "ops/validation.h"
 #include "ops/workspace.h"
 
@@ -76,32 +76,14 @@ void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
                 num_bh * cfg.num_splits);
   }
 
-  DecodeParams p{};
-  p.q = reinterpret_cast<const uint16_t*>(q.data_ptr());
-  p.kv_cache = reinterpret_cast<const uint16_t*>(kv_cache.data_ptr());
-  p.block_tables = block_tables.data_ptr<int32_t>();
-  p.seq_lens = seq_lens.data_ptr<int32_t>();
-  p.sinks = sinks.data_ptr<float>();
-  p.out = reinterpret_cast<uint16_t*>(out.data_ptr());
+  DecodeParams p =
+      params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
   p.part_o = ws.part_o;
   p.part_ml = ws.part_ml;
   p.counters = ws.counters;
-  p.q_stride_b = q.stride(0);
-  p.q_stride_h = q.stride(1);
-  p.out_stride_b = out.stride(0);
-  p.out_stride_h = out.stride(1);
-  p.kv_stride_block = kv_cache.stride(0);
-  p.kv_stride_head = kv_cache.stride(1);
-  p.bt_stride_b = block_tables.stride(0);
-  p.batch = static_cast<int>(batch);
-  p.num_kv_heads = static_cast<int>(num_kv_heads);
-  p.num_blocks = static_cast<int>(kv_cache.size(0));
   // With no blocks at all nothing can be attended: every request writes zeros.
-  p.max_blocks = p.num_blocks == 0 ? 0 : static_cast<int>(block_tables.size(1));
-  // Any window >= 16 * max_blocks attends to everything; int32 holds them all.
-  p.window = sliding ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
-  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
 
   C10_CUDA_CHECK(launch_decode_attention(p, cfg, sliding, pdl_enabled(), stream));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

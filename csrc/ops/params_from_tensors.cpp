@@ -1,0 +1,36 @@
+#include "ops/params_from_tensors.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace flint {
+
+DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache,
+                                 const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                                 const at::Tensor& sinks, std::optional<int64_t> window,
+                                 double scale, const at::Tensor& out) {
+  DecodeParams p{};
+  p.q = static_cast<const uint16_t*>(q.data_ptr());
+  p.kv_cache = static_cast<const uint16_t*>(kv_cache.data_ptr());
+  p.block_tables = block_tables.data_ptr<int32_t>();
+  p.seq_lens = seq_lens.data_ptr<int32_t>();
+  p.sinks = sinks.data_ptr<float>();
+  p.out = static_cast<uint16_t*>(out.data_ptr());
+  p.q_stride_b = q.stride(0);
+  p.q_stride_h = q.stride(1);
+  p.out_stride_b = out.stride(0);
+  p.out_stride_h = out.stride(1);
+  p.kv_stride_block = kv_cache.stride(0);
+  p.kv_stride_head = kv_cache.stride(1);
+  p.bt_stride_b = block_tables.stride(0);
+  p.batch = static_cast<int>(q.size(0));
+  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
+  p.num_blocks = static_cast<int>(kv_cache.size(0));
+  p.max_blocks = static_cast<int>(block_tables.size(1));
+  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  // Both backends use exactly this float: scale * log2(e) rounded once.
+  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  return p;
+}
+
+}  // namespace flint

@@ -1,0 +1,21 @@
+// DecodeParams from the op's (validated) tensors: the one place both backends
+// read pointers, strides and sizes from.
+#pragma once
+
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+#include "decode_attention/params.h"
+
+namespace flint {
+
+// Fills everything but the workspace pointers and min_pages (CUDA launch
+// details). `window` past INT32_MAX is clamped: seq_lens are int32, so any
+// such window attends to everything.
+DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache,
+                                 const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                                 const at::Tensor& sinks, std::optional<int64_t> window,
+                                 double scale, const at::Tensor& out);
+
+}  // namespace flint
