@@ -30,6 +30,9 @@ Ceiling and the numbers in every row
     separate column in the JSON); floor = KV bytes / ceiling; TB/s = KV bytes /
     time; % ceil = TB/s / ceiling.
 
+flint-nopdl (--impls ...,nopdl): flint launched without programmatic dependent
+launch (FLINT_PDL=0), to show what PDL buys in a chain of calls.
+
 Peers (same inputs, same run; one that cannot run is reported missing, with
 the exception text, never estimated)
     fi-xqa          FlashInfer trtllm_batch_decode_with_kv_cache(backend="xqa"):
@@ -70,7 +73,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import math
 import os
 import re
 import subprocess
@@ -87,7 +89,7 @@ import bench_grid as grid  # noqa: E402
 import bench_report as report  # noqa: E402
 
 REPO = HERE.parent
-IMPLS = ("flint", "xqa", "fa2", "sdpa")
+IMPLS = ("flint", "nopdl", "xqa", "fa2", "sdpa")
 IMPL_NAMES = {"flint": "flint", "xqa": "fi-xqa", "fa2": "fi-batchdecode", "sdpa": "sdpa"}
 
 
@@ -389,6 +391,8 @@ class Runner:
                     cfg = args.config_t
                     out.append((f"flint@{grid.format_config(cfg)}",
                                 lambda inp, cfg=cfg: G.flint_with_config(G.make_flint(inp), cfg)))
+            elif key == "nopdl":
+                out.append(("flint-nopdl", G.make_flint_nopdl))
             elif key == "xqa":
                 out.append(("fi-xqa", G.make_xqa))
             elif key == "fa2":

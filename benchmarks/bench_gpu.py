@@ -288,25 +288,36 @@ def make_flint(inp: RowInputs) -> Impl:
     return Impl(fns, True, "", outs)
 
 
-def flint_with_config(impl: Impl, cfg) -> Impl:
-    """Wrap each call so FLINT_LAUNCH_CONFIG is set while it runs (eagerly,
-    or while a graph captures it: the graph keeps that config)."""
-    text = format_config(cfg)
+def flint_with_env(impl: Impl, env: dict) -> Impl:
+    """Wrap each call so the environment variables ``env`` are set while it
+    runs (eagerly, or while a graph captures it: the graph keeps the launch
+    the launcher chose then)."""
 
     def wrap(f):
         def call():
-            old = os.environ.get(FLINT_ENV)
-            os.environ[FLINT_ENV] = text
+            old = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
             try:
                 return f()
             finally:
-                if old is None:
-                    os.environ.pop(FLINT_ENV, None)
-                else:
-                    os.environ[FLINT_ENV] = old
+                for k, v in old.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
         return call
 
-    return Impl([wrap(f) for f in impl.fns], True, f"{FLINT_ENV}={text}", impl.prefill)
+    note = " ".join(f"{k}={v}" for k, v in env.items())
+    return Impl([wrap(f) for f in impl.fns], True, note, impl.prefill)
+
+
+def flint_with_config(impl: Impl, cfg) -> Impl:
+    return flint_with_env(impl, {FLINT_ENV: format_config(cfg)})
+
+
+def make_flint_nopdl(inp: RowInputs) -> Impl:
+    """flint launched without programmatic dependent launch (FLINT_PDL=0)."""
+    return flint_with_env(make_flint(inp), {"FLINT_PDL": "0"})
 
 
 _FI_WORKSPACE: dict = {}

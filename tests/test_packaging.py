@@ -72,3 +72,12 @@ def test_bare_import_registers_the_op():
     code = "import flint_attention; import torch; torch.ops.flint.decode_attention.default; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_libstdcxx_is_linked_dynamically():
+    # A compiler that links libstdc++ statically (seen: a relocated GCC whose
+    # lib folder has only libstdc++.a) puts a second libstdc++ in the process
+    # next to torch's; the first std::locale use in the extension (formatting an
+    # int in an error message) then crashes. Build with the system g++ instead.
+    dynstr = elf_section(extension_path().read_bytes(), ".dynstr")
+    assert b"libstdc++.so.6\0" in dynstr, "the extension does not link libstdc++.so.6 dynamically"
