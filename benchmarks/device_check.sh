@@ -32,8 +32,12 @@ for step in $steps; do
       grep -E "registers|spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -5 >"$OUT/ptxas.txt"
       ;;
     tests)
-      python3 -m pytest -q -p no:cacheprovider --durations=10 tests ${PYTEST_ARGS:-} 2>&1 \
-        | tee "$OUT/tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
+      # The CPU-only torch.compile test takes a minute here and runs in CI anyway.
+      rm -f "$OUT/errors.jsonl"
+      FLINT_ERROR_LOG="$OUT/errors.jsonl" python3 -m pytest -q -p no:cacheprovider --durations=10 \
+        --deselect "tests/test_registration.py::test_torch_compile_fullgraph[cpu]" \
+        tests ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
+      [ -s "$OUT/errors.jsonl" ] && python3 benchmarks/error_summary.py "$OUT/errors.jsonl" | tee "$OUT/errors.md"
       note "tests: $(tail -1 "$OUT/tests.log") ($(( $(date +%s) - t0 )) s)"
       ;;
     variants)
