@@ -86,9 +86,13 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
 // kPerThread consecutive dims of one head per thread, this head.
 template <int kWarps, int kSplits>
 __device__ __forceinline__ int cluster_merge_head(int tid) {
-  constexpr int D = ClusterBufPlan<kSplits>::kDimsPerRank;
-  constexpr int kPerThread = kGqa * D / (32 * kWarps);
-  return tid * kPerThread / D;
+  if constexpr (kSplits == 0) {
+    return 0;  // no cluster: never used
+  } else {
+    constexpr int D = ClusterBufPlan<kSplits>::kDimsPerRank;
+    constexpr int kPerThread = kGqa * D / (32 * kWarps);
+    return tid * kPerThread / D;
+  }
 }
 
 // Cluster of kSplits CTAs (rank = split): each sends rank r its CTA-merged O

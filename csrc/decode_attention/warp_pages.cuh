@@ -1,0 +1,151 @@
+// One warp's page stream, shared by the decode kernels: the bulk copy of a
+// page into a ring slot, the lane fragments of K and V, and one page of the
+// online softmax on the tensor cores (S^T = K Q^T, O^T += V^T P^T, the 8
+// query heads of the GQA group as the n = 8 dimension).
+#pragma once
+
+#include <cstdint>
+
+#include "decode_attention/common.cuh"
+#include "decode_attention/params.h"
+#include "ptx/bulk_copy.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/memory.cuh"
+#include "ptx/mma.cuh"
+
+namespace flint::detail {
+
+// Online-softmax state of one warp for the two query heads 2t and 2t+1 of
+// lane (g, t), and its share of O^T.
+struct WarpState {
+  float m[2];    // running max of the raw logits S (unscaled)
+  float l[2];    // this lane's part of the row sums (tokens g and g+8 of each page)
+  float o[32];   // O^T fragments of the 8 m-tiles of 16 dims, see store_warp_state
+};
+
+// Bulk-copies one page (block `block`, this kv head) into a ring slot.
+__device__ __forceinline__ void issue_page(const uint16_t* kv_head, int64_t stride_block,
+                                           int block, uint32_t slot, uint32_t bar, int lane) {
+  if (lane == 0) {
+    ptx::mbarrier_arrive_expect_tx(bar, kPageBytes);
+    ptx::bulk_copy_g2s(slot, kv_head + block * stride_block, kPageBytes, bar);
+  }
+}
+
+// Lane (g, t) fragments of one page:
+//   k[16r + 4i + j] = K[token g + 8r][dims 32i + 8t + 2j, +1]        (r < 2, i < 4)
+//   v[4(2r + h) + j] = V[token 2t + (r & 1) + 8(r >> 1)][dims 64h + 8g + 2j, +1]
+// V rows outside [start_tok, seq_len) are zeroed, so stale or NaN cache
+// contents never reach P V (a zero P alone would not cancel a NaN).
+__device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok, int seq_len,
+                                          int g, int t, uint32_t (&k)[32], uint32_t (&v)[32]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4];
+      ptx::ld_shared_u32x4(slot + (g + 8 * r) * kRowBytes + (32 * i + 8 * t) * 2, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) k[16 * r + 4 * i + j] = w[j];
+    }
+  }
+  const uint32_t v_base = slot + kHeadDim * 2;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int tok = 2 * t + (r & 1) + 8 * (r >> 1);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t w[4];
+      ptx::ld_shared_u32x4(v_base + tok * kRowBytes + (64 * h + 8 * g) * 2, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[4 * (2 * r + h) + j] = w[j];
+    }
+  }
+  const int first = page * kPageTokens;
+  if (first < start_tok || first + kPageTokens > seq_len) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int pos = first + 2 * t + (r & 1) + 8 * (r >> 1);
+      const bool attended = pos >= start_tok && pos < seq_len;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[8 * r + j] = attended ? v[8 * r + j] : 0u;
+    }
+  }
+}
+
+// One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
+__device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint32_t (&v)[32],
+                                            const uint32_t (&q)[16], int page, int start_tok,
+                                            int seq_len, float scale_log2, int g, int t,
+                                            WarpState& st) {
+  // S^T[token][head]: k-step c covers dims 32(c / 2) + 4(c % 2) + 8t + 0..3 of
+  // every lane t; the same permutation of the 128 dims on both operands.
+  // Two accumulators break the dependency chain of the 8 MMAs.
+  float sa[4] = {0.f, 0.f, 0.f, 0.f};
+  float sb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const int i = c / 2, h = c % 2;
+    const uint32_t a[4] = {k[4 * i + 2 * h], k[16 + 4 * i + 2 * h], k[4 * i + 2 * h + 1],
+                           k[16 + 4 * i + 2 * h + 1]};
+    ptx::mma_m16n8k16_bf16_f32(c % 2 == 0 ? sa : sb, a, q[4 * i + 2 * h], q[4 * i + 2 * h + 1]);
+  }
+  // s[0], s[1]: token g, heads 2t, 2t+1; s[2], s[3]: token g + 8.
+  float s[4] = {sa[0] + sb[0], sa[1] + sb[1], sa[2] + sb[2], sa[3] + sb[3]};
+  const int pos = page * kPageTokens + g;
+  if (pos < start_tok || pos >= seq_len) s[0] = s[1] = neg_inf();
+  if (pos + 8 < start_tok || pos + 8 >= seq_len) s[2] = s[3] = neg_inf();
+
+  // Every page holds at least one attended token, so the new max is finite.
+  float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    mx[0] = fmaxf(mx[0], __shfl_xor_sync(kFullMask, mx[0], off));
+    mx[1] = fmaxf(mx[1], __shfl_xor_sync(kFullMask, mx[1], off));
+  }
+  float alpha[2], p[4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(st.m[h], mx[h]);
+    const float m_scaled = m_new * scale_log2;
+    alpha[h] = ptx::ex2(fmaf(st.m[h], scale_log2, -m_scaled));
+    p[h] = ptx::ex2(fmaf(s[h], scale_log2, -m_scaled));
+    p[h + 2] = ptx::ex2(fmaf(s[h + 2], scale_log2, -m_scaled));
+    st.m[h] = m_new;
+    st.l[h] = st.l[h] * alpha[h] + (p[h] + p[h + 2]);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    st.o[4 * j] *= alpha[0];
+    st.o[4 * j + 1] *= alpha[1];
+    st.o[4 * j + 2] *= alpha[0];
+    st.o[4 * j + 3] *= alpha[1];
+  }
+
+  // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][head g],
+  // held by lanes 8t + g/2 (token 2t) and 8t + g/2 + 4 (token 2t+1), in the
+  // half g % 2 of their (head 2t', 2t'+1) pairs.
+  const uint32_t x = ptx::pack_bf16x2(p[0], p[1]);
+  const uint32_t y = ptx::pack_bf16x2(p[2], p[3]);
+  const int src = 8 * t + (g >> 1);
+  const uint32_t x0 = __shfl_sync(kFullMask, x, src), x1 = __shfl_sync(kFullMask, x, src + 4);
+  const uint32_t y0 = __shfl_sync(kFullMask, y, src), y1 = __shfl_sync(kFullMask, y, src + 4);
+  const uint32_t sel = (g & 1) ? 0x7632u : 0x5410u;
+  const uint32_t b0 = ptx::prmt(x0, x1, sel), b1 = ptx::prmt(y0, y1, sel);
+
+  // O^T[dim][head] += V^T P^T. m-tile j: rows g, g+8 are dims d0, d0+1 with
+  // d0 = 64(j / 4) + 8g + 2(j % 4), i.e. the two halves of word j % 4 of the
+  // V loads; prmt pairs tokens (2t, 2t+1) and (2t+8, 2t+9) per dim.
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int hh = j / 4, wi = j % 4;
+    const uint32_t va = v[4 * hh + wi], vb = v[4 * (2 + hh) + wi];
+    const uint32_t vc = v[4 * (4 + hh) + wi], vd = v[4 * (6 + hh) + wi];
+    const uint32_t a[4] = {ptx::prmt(va, vb, 0x5410u), ptx::prmt(va, vb, 0x7632u),
+                           ptx::prmt(vc, vd, 0x5410u), ptx::prmt(vc, vd, 0x7632u)};
+    float(&acc)[4] = *reinterpret_cast<float(*)[4]>(&st.o[4 * j]);
+    ptx::mma_m16n8k16_bf16_f32(acc, a, b0, b1);
+  }
+}
+
+}  // namespace flint::detail
