@@ -198,9 +198,10 @@ def launch_config(batch: int, num_kv_heads: int, sliding: bool, num_sms: int) ->
 
 def parse_config(text: str) -> Config:
     parts = [int(x) for x in text.split(",")]
-    if len(parts) != 5 or min(parts[:4]) < 1 or parts[4] not in (0, 1):
+    if len(parts) != 5 or parts[0] < 0 or min(parts[1:4]) < 1 or parts[4] not in (0, 1):
         raise ValueError(
-            f"config must be splits,warps,stages,min_pages,cluster (cluster 0 or 1), got {text!r}"
+            "config must be splits,warps,stages,min_pages,cluster (splits 0: one warp per "
+            f"(request, kv head); cluster 0 or 1), got {text!r}"
         )
     return tuple(parts)
 
@@ -213,7 +214,8 @@ def sweep_candidates(row: Row, num_sms: int, limit: int) -> list[Config]:
     """Configs around the default: splits at 1/2, 3/4, 1, 3/2, 2 and 4 x its
     choice (plus 1, 2, 4, 8 for sliding rows), warps {4, 8}, stages {2, 3, 4},
     min_pages {1, 2, 4}; cluster with splits in {4, 8}
-    and 4 warps. Ordered by how many fields differ from the default (then by
+    and 4 warps; and splits 0 (one warp per (request, kv head)) for every
+    warps x stages. Ordered by how many fields differ from the default (then by
     how far splits moved), the default first, cut at ``limit``."""
     sliding = row.window is not None
     d = launch_config(row.batch, row.kv_heads, sliding, num_sms)
@@ -229,9 +231,12 @@ def sweep_candidates(row: Row, num_sms: int, limit: int) -> list[Config]:
                     cands.add((s, w, st, mp, 0))
                     if s in (4, 8) and w == 4:
                         cands.add((s, w, st, mp, 1))
+            cands.add((0, w, st, 1, 0))  # one warp per (request, kv head)
     cands.add(d)
 
     def key(c):
+        if c[0] == 0:  # the warp-per-head kernel: always among the first tried
+            return (1, 0.0, c)
         diff = sum(a != b for a, b in zip(c, d))
         return (diff, abs(math.log2(c[0] / s0)), c)
 

@@ -18,6 +18,7 @@ CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
     ("5,4,3,1,0", [700, 129], 2, 64),
     ("4,4,3,1,1", [0, 500, 17], 1, 128),
     ("8,4,2,1,1", [300, 1], 1, None),
+    ("0,4,3,1,0", [0, 700, 17, 129, 5], 2, 128),  # one warp per (request, kv head)
 ]
 
 for cfg, seq_lens, kvh, window in CASES:

@@ -34,6 +34,12 @@ CONFIGS = [
     "4,4,3,1,1",
     "8,4,2,1,1",
     "8,4,3,1,1",
+    # splits 0: one warp per (request, kv head), decode_attention_warp_per_head_kernel
+    "0,4,2,1,0",
+    "0,4,3,1,0",
+    "0,4,4,1,0",
+    "0,8,2,1,0",
+    "0,8,3,1,0",
 ]
 
 

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "decode_attention/kernel.cuh"
+#include "decode_attention/kernel_warp_per_head.cuh"
 
 namespace flint {
 namespace {
@@ -12,6 +13,7 @@ using KernelFn = void (*)(DecodeParams);
 
 struct Variant {
   int warps, stages, cluster_splits;
+  bool warp_per_head;    // decode_attention_warp_per_head_kernel (num_splits 0)
   KernelFn kernel;
   int smem_bytes;        // SmemPlan::kBytes
   int max_merge_splits;  // SmemPlan::kMaxMergeSplits
@@ -20,21 +22,31 @@ struct Variant {
 template <int W, int S, int C>
 constexpr Variant variant() {
   using Plan = SmemPlan<W, S, C>;
-  return {W, S, C, &decode_attention_kernel<W, S, C>, Plan::kBytes, Plan::kMaxMergeSplits};
+  return {W, S, C, false, &decode_attention_kernel<W, S, C>, Plan::kBytes, Plan::kMaxMergeSplits};
+}
+
+template <int W, int S>
+constexpr Variant warp_per_head_variant() {
+  using Plan = SmemPlan<W, S, 0>;
+  return {W, S, 0, true, &decode_attention_warp_per_head_kernel<W, S>, Plan::kBytes, 0};
 }
 
 // The compiled variants: the reference heuristic's choices plus neighbours for
-// tuning (FLINT_LAUNCH_CONFIG).
+// tuning (FLINT_LAUNCH_CONFIG), and the warp-per-head kernel.
 constexpr Variant kVariants[] = {
     variant<4, 2, 0>(), variant<4, 3, 0>(), variant<4, 4, 0>(),
     variant<8, 2, 0>(), variant<8, 3, 0>(),
     variant<4, 2, 4>(), variant<4, 3, 4>(), variant<4, 2, 8>(), variant<4, 3, 8>(),
+    warp_per_head_variant<4, 2>(), warp_per_head_variant<4, 3>(), warp_per_head_variant<4, 4>(),
+    warp_per_head_variant<8, 2>(), warp_per_head_variant<8, 3>(),
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 const Variant* find_variant(const LaunchConfig& cfg) {
+  const bool warp_per_head = cfg.num_splits == 0;
   for (const Variant& v : kVariants) {
     if (v.warps == cfg.num_warps && v.stages == cfg.num_stages &&
+        v.warp_per_head == warp_per_head &&
         v.cluster_splits == (cfg.cluster ? cfg.num_splits : 0))
       return &v;
   }
@@ -63,16 +75,17 @@ std::string check_launch_config(const LaunchConfig& cfg) {
     std::string have;
     for (const Variant& k : kVariants)
       have += " (warps " + std::to_string(k.warps) + ", stages " + std::to_string(k.stages) +
-              (k.cluster_splits ? ", cluster of " + std::to_string(k.cluster_splits) : "") + ")";
+              (k.cluster_splits ? ", cluster of " + std::to_string(k.cluster_splits) : "") +
+              (k.warp_per_head ? ", warp per head (splits 0)" : "") + ")";
     return "no compiled kernel for " + std::to_string(cfg.num_warps) + " warps, " +
            std::to_string(cfg.num_stages) + " stages" +
            (cfg.cluster ? ", cluster of " + std::to_string(cfg.num_splits) : "") +
-           "; compiled:" + have;
+           (cfg.num_splits == 0 ? ", warp per head" : "") + "; compiled:" + have;
   }
-  if (cfg.num_splits < 1 || cfg.min_pages < 1)
-    return "num_splits and min_pages must be >= 1, got " + std::to_string(cfg.num_splits) +
-           " and " + std::to_string(cfg.min_pages);
-  if (!cfg.cluster && cfg.num_splits > v->max_merge_splits)
+  if (cfg.num_splits < 0 || cfg.min_pages < 1)
+    return "num_splits must be >= 0 (0: one warp per (request, kv head)) and min_pages >= 1, "
+           "got " + std::to_string(cfg.num_splits) + " and " + std::to_string(cfg.min_pages);
+  if (!v->warp_per_head && !cfg.cluster && cfg.num_splits > v->max_merge_splits)
     return "at most " + std::to_string(v->max_merge_splits) + " splits fit the merge buffer of " +
            std::to_string(cfg.num_warps) + " warps x " + std::to_string(cfg.num_stages) +
            " stages, got " + std::to_string(cfg.num_splits);
@@ -97,7 +110,9 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
   }
 
   cudaLaunchConfig_t launch = {};
-  launch.gridDim = dim3(cfg.num_splits, params.num_kv_heads, params.batch);
+  const int num_pairs = params.batch * params.num_kv_heads;
+  launch.gridDim = v.warp_per_head ? dim3(ceil_div(num_pairs, cfg.num_warps))
+                                   : dim3(cfg.num_splits, params.num_kv_heads, params.batch);
   launch.blockDim = dim3(32 * cfg.num_warps);
   launch.dynamicSmemBytes = smem;
   launch.stream = stream;

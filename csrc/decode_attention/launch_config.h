@@ -6,7 +6,8 @@
 namespace flint {
 
 struct LaunchConfig {
-  int num_splits;  // CTAs per (request, kv head): gridDim.x
+  int num_splits;  // CTAs per (request, kv head): gridDim.x; 0: one warp per (request, kv
+                   // head), decode_attention_warp_per_head_kernel
   int num_warps;   // 4 or 8
   int num_stages;  // page-ring slots per warp
   int min_pages;   // a split is active when each of its warps gets this many pages

@@ -55,8 +55,9 @@ void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
               "). Run on CPU tensors for the reference path.");
   TORCH_CHECK(batch <= 65535, "flint.decode_attention: batch must be <= 65535 on the GPU "
               "(grid z), got ", batch);
-  TORCH_CHECK(num_kv_heads <= 65535, "flint.decode_attention: num_kv_heads must be <= 65535, "
-              "got ", num_kv_heads);
+  TORCH_CHECK(num_kv_heads <= 65535 && batch * num_kv_heads <= INT32_MAX,
+              "flint.decode_attention: num_kv_heads must be <= 65535 and batch x num_kv_heads "
+              "<= 2^31 - 1, got ", num_kv_heads, " kv heads and batch ", batch);
   TORCH_CHECK(block_tables.size(1) <= INT32_MAX / kPageTokens && kv_cache.size(0) <= INT32_MAX,
               "flint.decode_attention: 16 * max_blocks and num_blocks must fit int32, got "
               "block_tables ", block_tables.sizes(), " and kv_cache ", kv_cache.sizes());

@@ -1,0 +1,162 @@
+// Paged decode attention with one warp per (request, kv head): no splits and no
+// merge. Grid (ceil(batch x kv heads / kWarps)); warp w of CTA c takes the pair
+// c x kWarps + w, streams all its attended pages through its own ring and
+// writes the normalized output straight from its fragments.
+//
+// Meant for short attended spans at large batch (sliding-window layers), where
+// the split kernel's CTAs spend more time on serial latencies (seq_len -> block
+// table -> page -> merge) than on bytes: here one CTA carries kWarps pairs and
+// no CTA-wide barrier, so a warp's latencies hide behind the other warps'.
+// Selected with num_splits = 0 in the launch configuration.
+#pragma once
+
+#include <cstdint>
+
+#include "decode_attention/common.cuh"
+#include "decode_attention/params.h"
+#include "decode_attention/smem_plan.h"
+#include "decode_attention/warp_pages.cuh"
+#include "ptx/griddepcontrol.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/memory.cuh"
+
+namespace flint {
+
+namespace detail {
+
+// Lane (g, t) holds O^T for heads 2t, 2t+1 at dims d0, d0 + 1 of m-tile j
+// (d0 = 64(j / 4) + 8g + 2(j % 4)): one bf16 pair per (j, head).
+__device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t stride_h,
+                                               const float (&o)[32], float inv0, float inv1,
+                                               int g, int t) {
+  uint16_t* head0 = out_kv_head + (2 * t) * stride_h;
+  uint16_t* head1 = head0 + stride_h;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int d0 = 64 * (j / 4) + 8 * g + 2 * (j % 4);
+    *reinterpret_cast<uint32_t*>(head0 + d0) = ptx::pack_bf16x2(o[4 * j] * inv0, o[4 * j + 2] * inv0);
+    *reinterpret_cast<uint32_t*>(head1 + d0) =
+        ptx::pack_bf16x2(o[4 * j + 1] * inv1, o[4 * j + 3] * inv1);
+  }
+}
+
+}  // namespace detail
+
+template <int kWarps, int kStages>
+__global__ void __launch_bounds__(32 * kWarps)
+    decode_attention_warp_per_head_kernel(const __grid_constant__ DecodeParams p) {
+  using Plan = SmemPlan<kWarps, kStages, 0>;  // the ring and barriers; no merge buffers
+  using namespace detail;
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int pair = blockIdx.x * kWarps + warp;
+  // NOTE: a warp without a pair leaves at once; nothing below is CTA-wide.
+  if (pair >= p.batch * p.num_kv_heads) return;
+  const int b = pair / p.num_kv_heads, kvh = pair % p.num_kv_heads;
+  uint16_t* out_kv_head = p.out + b * p.out_stride_b + (kvh * kGqa) * p.out_stride_h;
+  // Sinks are weights, never written by the previous kernel: read them first.
+  const float sink0 = p.sinks[kvh * kGqa + 2 * t] * kLog2e;
+  const float sink1 = p.sinks[kvh * kGqa + 2 * t + 1] * kLog2e;
+
+  // ---- sequence extent (read before griddepcontrol.wait, see kernel.cuh) ----
+  const int seq_len = min(max(p.seq_lens[b], 0), p.max_blocks * kPageTokens);
+  const int start_tok = p.window > 0 ? max(seq_len - p.window, 0) : 0;
+  const int start_page = start_tok / kPageTokens;
+  const int n_pages = (seq_len + kPageTokens - 1) / kPageTokens - start_page;
+
+  if (n_pages <= 0) {
+    ptx::grid_dependency_wait();  // the previous kernel may still read `out`
+    const float zeros[32] = {};
+    store_warp_out(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
+    return;
+  }
+
+  // ---- this warp's pages: start_page + k, k < n_pages ----------------------
+  const int32_t* bt = p.block_tables + b * p.bt_stride_b + start_page;
+  auto block_at = [&](int k) {
+    return k < n_pages ? min(max(bt[k], 0), p.num_blocks - 1) : 0;
+  };
+  int bt_cur = block_at(lane), bt_next = block_at(lane + 32);
+  const uint16_t* kv_head = p.kv_cache + kvh * p.kv_stride_head;
+
+  const uint32_t ring = ptx::smem_addr(smem) + warp * kStages * kPageBytes;
+  const uint32_t bars = ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8;
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(bars + 8 * s, 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncwarp();
+
+  // ---- prefetch all but the current token's page, then wait -----------------
+  const int current_page = (seq_len - 1) / kPageTokens;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    const int blk = __shfl_sync(kFullMask, bt_cur, s);
+    if (s < n_pages && start_page + s != current_page)
+      issue_page(kv_head, p.kv_stride_block, blk, ring + s * kPageBytes, bars + 8 * s, lane);
+  }
+  ptx::grid_dependency_wait();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    const int blk = __shfl_sync(kFullMask, bt_cur, s);
+    if (s < n_pages && start_page + s == current_page)
+      issue_page(kv_head, p.kv_stride_block, blk, ring + s * kPageBytes, bars + 8 * s, lane);
+  }
+
+  // Q^T as the B operand: lane (g, t) holds head g, dims 32i + 8t .. + 7.
+  uint32_t q[16];
+  {
+    const uint16_t* q_row = p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4];
+      ptx::ld_global_u32x4(q_row + 32 * i + 8 * t, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
+    }
+  }
+
+  // ---- stream pages ---------------------------------------------------------
+  WarpState st;
+  st.m[0] = st.m[1] = neg_inf();
+  st.l[0] = st.l[1] = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
+
+  for (int k = 0; k < n_pages; ++k) {
+    const int kn = k + kStages - 1;
+    if ((kn & 31) == 0) {
+      bt_cur = bt_next;
+      bt_next = block_at(kn + 32 + lane);
+    }
+    // NOTE: all lanes are done reading the slot lane 0 refills (previous iteration).
+    __syncwarp();
+    const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
+    if (kn < n_pages)
+      issue_page(kv_head, p.kv_stride_block, blk, ring + (kn % kStages) * kPageBytes,
+                 bars + 8 * (kn % kStages), lane);
+
+    const int slot = k % kStages;
+    ptx::mbarrier_wait_parity(bars + 8 * slot, (k / kStages) & 1);
+    const int page = start_page + k;
+    uint32_t kf[32], vf[32];
+    load_page(ring + slot * kPageBytes, page, start_tok, seq_len, g, t, kf, vf);
+    attend_page(kf, vf, q, page, start_tok, seq_len, p.scale_log2, g, t, st);
+  }
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
+    st.l[1] += __shfl_xor_sync(kFullMask, st.l[1], off);
+  }
+  ptx::launch_dependents();
+
+  // ---- normalize with the sink term and store --------------------------------
+  const float inv0 = 1.f / (st.l[0] + ptx::ex2(sink0 - st.m[0] * p.scale_log2));
+  const float inv1 = 1.f / (st.l[1] + ptx::ex2(sink1 - st.m[1] * p.scale_log2));
+  store_warp_out(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
+}
+
+}  // namespace flint
