@@ -107,23 +107,17 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int warps_total = num_splits * kWarps;
   const int gw = split * kWarps + warp;
   const int n_pages = (max(num_pages - gw, 0) + warps_total - 1) / warps_total;
-  // Block ids of pages k = lane and k = lane + 32, broadcast with shuffles;
-  // refreshed every 32 pages.
-  const int32_t* bt = p.block_tables + b * p.bt_stride_b + start_page + gw;
-  auto block_at = [&](int k) {
-    return k < n_pages ? min(max(bt[k * warps_total], 0), p.num_blocks - 1) : 0;
-  };
-  int bt_cur = block_at(lane), bt_next = block_at(lane + 32);
-  const uint16_t* kv_head = p.kv_cache + kvh * p.kv_stride_head;
-
-  const uint32_t ring = ptx::smem_addr(smem) + warp * kStages * kPageBytes;
-  const uint32_t bars = ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8;
-  if (lane == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(bars + 8 * s, 1);
-    ptx::fence_mbarrier_init();
-  }
-  __syncwarp();
+  const WarpPages pages{p.block_tables + b * p.bt_stride_b + start_page + gw,
+                        p.kv_cache + kvh * p.kv_stride_head,
+                        p.kv_stride_block,
+                        p.num_blocks,
+                        start_page + gw,
+                        warps_total,
+                        n_pages,
+                        ptx::smem_addr(smem) + warp * kStages * kPageBytes,
+                        ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8};
+  const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
+  init_ring_barriers<kStages>(pages.bars, lane);
   if constexpr (kClusterSplits > 0) {
     // Peers must be running before anyone stores into their shared memory;
     // waited on in cluster_merge, long after the pages are streamed.
@@ -135,68 +129,16 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // K/V the previous kernel writes) depend on the previous kernel: every other
   // leading page is in flight before griddepcontrol.wait.
   const int current_page = (seq_len - 1) / kPageTokens;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    const int blk = __shfl_sync(kFullMask, bt_cur, s);
-    if (s < n_pages && start_page + gw + s * warps_total != current_page)
-      issue_page(kv_head, p.kv_stride_block, blk, ring + s * kPageBytes, bars + 8 * s, lane);
-  }
+  issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
   ptx::grid_dependency_wait();
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    const int blk = __shfl_sync(kFullMask, bt_cur, s);
-    if (s < n_pages && start_page + gw + s * warps_total == current_page)
-      issue_page(kv_head, p.kv_stride_block, blk, ring + s * kPageBytes, bars + 8 * s, lane);
-  }
-
-  // Q^T as the B operand of S^T = K Q^T: lane (g, t) holds head g, dims
-  // 32i + 8t .. 32i + 8t + 7 in q[4i .. 4i + 3].
+  issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
   uint32_t q[16];
-  {
-    const uint16_t* q_row = p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t w[4];
-      ptx::ld_global_u32x4(q_row + 32 * i + 8 * t, w);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
-    }
-  }
+  load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
 
   // ---- stream pages ---------------------------------------------------------
   WarpState st;
-  st.m[0] = st.m[1] = neg_inf();
-  st.l[0] = st.l[1] = 0.f;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
-
-  for (int k = 0; k < n_pages; ++k) {
-    // Refill the slot consumed in the previous iteration with page k + kStages - 1.
-    const int kn = k + kStages - 1;
-    if ((kn & 31) == 0) {
-      bt_cur = bt_next;
-      bt_next = block_at(kn + 32 + lane);
-    }
-    // NOTE: every lane's shared-memory reads of that slot (previous
-    // iteration) must be done before lane 0 hands it to the copy engine.
-    __syncwarp();
-    const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
-    if (kn < n_pages)
-      issue_page(kv_head, p.kv_stride_block, blk, ring + (kn % kStages) * kPageBytes,
-                 bars + 8 * (kn % kStages), lane);
-
-    const int slot = k % kStages;
-    ptx::mbarrier_wait_parity(bars + 8 * slot, (k / kStages) & 1);
-    const int page = start_page + gw + k * warps_total;
-    uint32_t kf[32], vf[32];
-    load_page(ring + slot * kPageBytes, page, start_tok, seq_len, g, t, kf, vf);
-    attend_page(kf, vf, q, page, start_tok, seq_len, p.scale_log2, g, t, st);
-  }
-#pragma unroll
-  for (int off = 4; off < 32; off <<= 1) {
-    st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
-    st.l[1] += __shfl_xor_sync(kFullMask, st.l[1], off);
-  }
+  stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
+                        st);
   // K/V streaming is done: a PDL-launched successor may start its prologue
   // while this grid merges.
   ptx::launch_dependents();

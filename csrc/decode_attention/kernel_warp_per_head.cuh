@@ -74,83 +74,30 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 
   // ---- this warp's pages: start_page + k, k < n_pages ----------------------
-  const int32_t* bt = p.block_tables + b * p.bt_stride_b + start_page;
-  auto block_at = [&](int k) {
-    return k < n_pages ? min(max(bt[k], 0), p.num_blocks - 1) : 0;
-  };
-  int bt_cur = block_at(lane), bt_next = block_at(lane + 32);
-  const uint16_t* kv_head = p.kv_cache + kvh * p.kv_stride_head;
-
-  const uint32_t ring = ptx::smem_addr(smem) + warp * kStages * kPageBytes;
-  const uint32_t bars = ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8;
-  if (lane == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(bars + 8 * s, 1);
-    ptx::fence_mbarrier_init();
-  }
-  __syncwarp();
+  const WarpPages pages{p.block_tables + b * p.bt_stride_b + start_page,
+                        p.kv_cache + kvh * p.kv_stride_head,
+                        p.kv_stride_block,
+                        p.num_blocks,
+                        start_page,
+                        1,
+                        n_pages,
+                        ptx::smem_addr(smem) + warp * kStages * kPageBytes,
+                        ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8};
+  const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
+  init_ring_barriers<kStages>(pages.bars, lane);
 
   // ---- prefetch all but the current token's page, then wait -----------------
   const int current_page = (seq_len - 1) / kPageTokens;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    const int blk = __shfl_sync(kFullMask, bt_cur, s);
-    if (s < n_pages && start_page + s != current_page)
-      issue_page(kv_head, p.kv_stride_block, blk, ring + s * kPageBytes, bars + 8 * s, lane);
-  }
+  issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
   ptx::grid_dependency_wait();
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    const int blk = __shfl_sync(kFullMask, bt_cur, s);
-    if (s < n_pages && start_page + s == current_page)
-      issue_page(kv_head, p.kv_stride_block, blk, ring + s * kPageBytes, bars + 8 * s, lane);
-  }
-
-  // Q^T as the B operand: lane (g, t) holds head g, dims 32i + 8t .. + 7.
+  issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
   uint32_t q[16];
-  {
-    const uint16_t* q_row = p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t w[4];
-      ptx::ld_global_u32x4(q_row + 32 * i + 8 * t, w);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
-    }
-  }
+  load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
 
   // ---- stream pages ---------------------------------------------------------
   WarpState st;
-  st.m[0] = st.m[1] = neg_inf();
-  st.l[0] = st.l[1] = 0.f;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
-
-  for (int k = 0; k < n_pages; ++k) {
-    const int kn = k + kStages - 1;
-    if ((kn & 31) == 0) {
-      bt_cur = bt_next;
-      bt_next = block_at(kn + 32 + lane);
-    }
-    // NOTE: all lanes are done reading the slot lane 0 refills (previous iteration).
-    __syncwarp();
-    const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
-    if (kn < n_pages)
-      issue_page(kv_head, p.kv_stride_block, blk, ring + (kn % kStages) * kPageBytes,
-                 bars + 8 * (kn % kStages), lane);
-
-    const int slot = k % kStages;
-    ptx::mbarrier_wait_parity(bars + 8 * slot, (k / kStages) & 1);
-    const int page = start_page + k;
-    uint32_t kf[32], vf[32];
-    load_page(ring + slot * kPageBytes, page, start_tok, seq_len, g, t, kf, vf);
-    attend_page(kf, vf, q, page, start_tok, seq_len, p.scale_log2, g, t, st);
-  }
-#pragma unroll
-  for (int off = 4; off < 32; off <<= 1) {
-    st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
-    st.l[1] += __shfl_xor_sync(kFullMask, st.l[1], off);
-  }
+  stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
+                        st);
   ptx::launch_dependents();
 
   // ---- normalize with the sink term and store --------------------------------

@@ -148,4 +148,99 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
   }
 }
 
+// A warp's pages of one (request, kv head): pages first_page + k * step for
+// k < n_pages, streamed through a private ring of kStages slots (8 KB each,
+// one mbarrier per slot). Block ids come 32 at a time into lanes (k = lane and
+// k = lane + 32) and are broadcast with shuffles.
+struct WarpPages {
+  const int32_t* bt;         // block-table entry of page k = 0; page k at bt[k * step]
+  const uint16_t* kv_head;   // the cache at this kv head: + block x stride_block is a page
+  int64_t stride_block;
+  int num_blocks;            // block ids are clamped to [0, num_blocks)
+  int first_page, step, n_pages;
+  uint32_t ring, bars;       // shared-memory addresses of slot 0 and its barrier
+
+  __device__ __forceinline__ int block_at(int k) const {
+    return k < n_pages ? min(max(bt[k * step], 0), num_blocks - 1) : 0;
+  }
+};
+
+// One mbarrier per ring slot, each expecting one arrival (lane 0's expect_tx).
+template <int kStages>
+__device__ __forceinline__ void init_ring_barriers(uint32_t bars, int lane) {
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(bars + 8 * s, 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncwarp();
+}
+
+// Issues the leading kStages - 1 pages that are (`current`) or are not the
+// page holding the current token: the latter before griddepcontrol.wait, the
+// former after it (the previous kernel writes that page's K/V).
+template <int kStages>
+__device__ __forceinline__ void issue_leading_pages(const WarpPages& w, int bt_cur,
+                                                    int current_page, bool current, int lane) {
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    const int blk = __shfl_sync(kFullMask, bt_cur, s);
+    if (s < w.n_pages && (w.first_page + s * w.step == current_page) == current)
+      issue_page(w.kv_head, w.stride_block, blk, w.ring + s * kPageBytes, w.bars + 8 * s, lane);
+  }
+}
+
+// Q^T as the B operand of S^T = K Q^T: lane (g, t) holds head g, dims
+// 32i + 8t .. 32i + 8t + 7 in q[4i .. 4i + 3].
+__device__ __forceinline__ void load_q_fragments(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v[4];
+    ptx::ld_global_u32x4(q_row + 32 * i + 8 * t, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[4 * i + j] = v[j];
+  }
+}
+
+// Streams all of the warp's pages through the online softmax (the leading
+// ones already issued); returns with st.l summed over the warp's lanes.
+template <int kStages>
+__device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int bt_next,
+                                             const uint32_t (&q)[16], int start_tok, int seq_len,
+                                             float scale_log2, int g, int t, int lane,
+                                             WarpState& st) {
+  st.m[0] = st.m[1] = neg_inf();
+  st.l[0] = st.l[1] = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
+
+  for (int k = 0; k < w.n_pages; ++k) {
+    // Refill the slot consumed in the previous iteration with page k + kStages - 1.
+    const int kn = k + kStages - 1;
+    if ((kn & 31) == 0) {
+      bt_cur = bt_next;
+      bt_next = w.block_at(kn + 32 + lane);
+    }
+    // NOTE: every lane's shared-memory reads of that slot (previous
+    // iteration) must be done before lane 0 hands it to the copy engine.
+    __syncwarp();
+    const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
+    if (kn < w.n_pages)
+      issue_page(w.kv_head, w.stride_block, blk, w.ring + (kn % kStages) * kPageBytes,
+                 w.bars + 8 * (kn % kStages), lane);
+
+    const int slot = k % kStages;
+    ptx::mbarrier_wait_parity(w.bars + 8 * slot, (k / kStages) & 1);
+    const int page = w.first_page + k * w.step;
+    uint32_t kf[32], vf[32];
+    load_page(w.ring + slot * kPageBytes, page, start_tok, seq_len, g, t, kf, vf);
+    attend_page(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
+  }
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
+    st.l[1] += __shfl_xor_sync(kFullMask, st.l[1], off);
+  }
+}
+
 }  // namespace flint::detail
