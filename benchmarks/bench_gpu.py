@@ -178,20 +178,12 @@ def graph_time(fns, n_calls: int, warmup: int, reps: int) -> tuple[float, list[f
 def eager_time(fns, n_calls: int, warmup: int, reps: int) -> float:
     """Median µs per call of plain eager loops (CUDA events around the loop):
     includes the Python and launch overhead a graph removes."""
-    for _ in range(warmup):
-        for f in fns:
-            f()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
+
+    def loop():
         for i in range(n_calls):
             fns[i % len(fns)]()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / n_calls)
-    return statistics.median(times)
+
+    return _event_time_us(loop, warmup, reps) / n_calls
 
 
 def _event_time_us(fn, warmup: int, reps: int) -> float:
