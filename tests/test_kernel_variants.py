@@ -6,20 +6,13 @@ one keeps the tuning space correct, so the benchmark's sweeps compare only
 right answers. Needs a Hopper GPU; skips elsewhere.
 """
 
-import os
-
 import pytest
 import torch
+from conftest import assert_close, needs_hopper
 
-from flint_attention.reference import (
-    BF16_VS_F64,
-    error_report,
-    make_paged_inputs,
-    reference_decode_attention,
-)
+from flint_attention.reference import BF16_VS_F64, make_paged_inputs, reference_decode_attention
 
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU; none here")
+pytestmark = needs_hopper
 
 # splits, warps, stages, min_pages, cluster
 CONFIGS = [
@@ -50,23 +43,12 @@ def make_inputs(seq_lens, num_kv_heads, window):
     return inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, inp.out
 
 
-def reference(q, kv, bt, seq_lens, sinks, window, scale):
-    return reference_decode_attention(q, kv, bt, seq_lens, sinks, window, scale)
+reference = reference_decode_attention
 
 
 def check(out, ref):
     """Against float64 with the documented bf16 bound (BF16_VS_F64)."""
-    report = error_report(out, ref, BF16_VS_F64)
-    assert report.ok(BF16_VS_F64), report.describe(BF16_VS_F64)
-
-
-@pytest.fixture
-def launch_config():
-    def set_config(cfg):
-        os.environ["FLINT_LAUNCH_CONFIG"] = cfg
-
-    yield set_config
-    os.environ.pop("FLINT_LAUNCH_CONFIG", None)
+    assert_close(out, ref, BF16_VS_F64)
 
 
 @pytest.mark.parametrize("window", [None, 1, 37, 128, 5000])

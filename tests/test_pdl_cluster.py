@@ -21,23 +21,11 @@ import pytest
 import torch
 
 import flint_attention
+from conftest import needs_hopper
 from test_kernel_variants import check, make_inputs, reference
 
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a Hopper (sm_90) GPU; none here")
+pytestmark = needs_hopper
 SCALE = 128**-0.5
-
-
-@pytest.fixture
-def launch_config():
-    def set_config(cfg):
-        if cfg is None:
-            os.environ.pop("FLINT_LAUNCH_CONFIG", None)
-        else:
-            os.environ["FLINT_LAUNCH_CONFIG"] = cfg
-
-    yield set_config
-    os.environ.pop("FLINT_LAUNCH_CONFIG", None)
 
 
 @pytest.mark.parametrize("window", [1, 16, 128, 4096])
