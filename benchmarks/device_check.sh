@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
-# One device-machine call: build, GPU tests, sanitizers, benchmark. Logs go to
-# $OUT (or ./device_out); a short summary is printed last.
+# One device-machine call: build, GPU tests, sanitizers, benchmark. A short
+# summary is printed last.
 #   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [demo]
-# (no argument: everything). Extra pytest arguments via PYTEST_ARGS, benchmark
-# arguments via BENCH_ARGS.
+# (no argument: everything). Extra pytest arguments via PYTEST_ARGS (the tests
+# run on PYTEST_WORKERS pytest-xdist workers, default 8, where xdist exists),
+# benchmark arguments via BENCH_ARGS.
+# The device tool returns at most 8 files from $OUT, so each finished step's
+# logs are appended to $OUT/logs-<steps>.tar and the summary goes to
+# $OUT/summary-<steps>.txt; two invocations with different steps may run side
+# by side (e.g. sanitize in the background while tests run).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_out}
 mkdir -p "$OUT"
 steps=${*:-build tests sanitize sass bench demo}
-summary=()
-note() { summary+=("$1"); echo "== $1"; }
+tag=${steps// /_}
+summary_file="$OUT/summary-$tag.txt"
+: >"$summary_file"
+note() { echo "$1" >>"$summary_file"; echo "== $1"; }
+# Moves the named files (relative to $OUT) into this invocation's tar.
+pack() {
+  local have=()
+  for f in "$@"; do [ -e "$OUT/$f" ] && have+=("$f"); done
+  [ ${#have[@]} -gt 0 ] && tar -C "$OUT" -rf "$OUT/logs-$tag.tar" "${have[@]}" && (cd "$OUT" && rm -f "${have[@]}")
+  return 0
+}
 export PYTHONUNBUFFERED=1
 # The device image's default CXX (/opt/gcc/bin/g++) links libstdc++ statically;
 # a second libstdc++ in the process crashes on the first std::locale use (e.g.
 # formatting an int in an error message). Build with the system compiler.
 [ -x /usr/bin/g++ ] && export CC=/usr/bin/gcc CXX=/usr/bin/g++
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
-echo "commit ${FLINT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}" | tee -a "$OUT/gpu.txt"
+note "$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader)"
+note "commit ${FLINT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, steps: $steps"
+workers=
+python3 -c "import xdist" 2>/dev/null && workers="-n ${PYTEST_WORKERS:-8}"
 
 for step in $steps; do
   t0=$(date +%s)
@@ -30,35 +46,39 @@ for step in $steps; do
         tail -40 "$OUT/build.log"; note "build FAILED"; break
       fi
       grep -E "registers|spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -5 >"$OUT/ptxas.txt"
+      pack build.log ptxas.txt
       ;;
     tests)
       # The CPU-only torch.compile test takes a minute here and runs in CI anyway.
       rm -f "$OUT/errors.jsonl"
-      FLINT_ERROR_LOG="$OUT/errors.jsonl" python3 -m pytest -q -p no:cacheprovider --durations=10 \
+      FLINT_ERROR_LOG="$OUT/errors.jsonl" python3 -m pytest -q -p no:cacheprovider --durations=10 $workers \
         --deselect "tests/test_registration.py::test_torch_compile_fullgraph[cpu]" \
         tests ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
       [ -s "$OUT/errors.jsonl" ] && python3 benchmarks/error_summary.py "$OUT/errors.jsonl" | tee "$OUT/errors.md"
       note "tests: $(tail -1 "$OUT/tests.log") ($(( $(date +%s) - t0 )) s)"
+      pack tests.log errors.jsonl
       ;;
     variants)
       python3 -m pytest -q tests/test_kernel_variants.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/variants.log" | tail -25
       note "variants: $(tail -1 "$OUT/variants.log") ($(( $(date +%s) - t0 )) s)"
+      pack variants.log
       ;;
     sanitize)
       # Every kernel path one launch each (sanitize_cases.py), then the tests
       # marked sanitizer_subset; racecheck of the subset took > 5 minutes on
       # 2026-11-29, so it runs only with RACECHECK_SUBSET=1.
-      for tool in memcheck racecheck synccheck; do
+      for tool in memcheck synccheck racecheck; do
         subset=1
         [ $tool = racecheck ] && subset=${RACECHECK_SUBSET:-0}
         { compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_cases.py &&
           if [ "$subset" = 1 ]; then
             compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
-              -m sanitizer_subset tests
+              ${workers:+-n ${SANITIZE_WORKERS:-4}} -m sanitizer_subset tests
           fi; } >"$OUT/sanitize_$tool.log" 2>&1
         rc=$?
         note "compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tr '\n' ' '), $(grep -E '[0-9]+ passed' "$OUT/sanitize_$tool.log" | tail -1)"
         [ $rc -ne 0 ] && tail -30 "$OUT/sanitize_$tool.log"
+        pack "sanitize_$tool.log"
       done
       ;;
     sass)
@@ -66,6 +86,7 @@ for step in $steps; do
       so=$(ls python/flint_attention/_C*.so | head -1)
       cuobjdump --dump-sass "$so" >"$OUT/sass.txt" 2>&1
       note "sass: $(grep -c 'Function :' "$OUT/sass.txt") kernels, ACQBULK x$(grep -c ACQBULK "$OUT/sass.txt"), PREEXIT x$(grep -c PREEXIT "$OUT/sass.txt"), UBLKCP x$(grep -c UBLKCP "$OUT/sass.txt"), HMMA x$(grep -c HMMA "$OUT/sass.txt"), LDL/STL x$(grep -cE '\b(LDL|STL)\b' "$OUT/sass.txt")"
+      gzip -f "$OUT/sass.txt"; pack sass.txt.gz
       ;;
     bench)
       if [ -f benchmarks/bench_decode.py ]; then
@@ -78,12 +99,14 @@ for step in $steps; do
         PYTHONPATH=$site FLINT_GIT_COMMIT=${FLINT_COMMIT:-} python3 benchmarks/bench_decode.py \
           --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -40
         note "bench done ($(( $(date +%s) - t0 )) s)"
+        (cd "$OUT" && pack wheels.log bench.log $(ls bench_* 2>/dev/null))
       fi
       ;;
     demo)
       python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15
       note "demo rc=$? ($(( $(date +%s) - t0 )) s)"
+      pack demo.log
       ;;
   esac
 done
-echo; echo "==== summary"; printf '%s\n' "${summary[@]}"
+echo; echo "==== summary ($steps)"; cat "$summary_file"
