@@ -126,6 +126,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     imp.add_argument("--config", help="also time flint with FLINT_LAUNCH_CONFIG=S,W,ST,MP,C")
     imp.add_argument("--sweep", action="store_true", help="per row, time candidate launch configs")
     imp.add_argument("--sweep-limit", type=int, default=40, help="max configs per row in --sweep")
+    imp.add_argument("--sweep-configs",
+                     help="with --sweep: time exactly these configs (S,W,ST,MP,C;...) "
+                          "instead of the ones around the default")
     imp.add_argument("--eager", action="store_true", help="also time eager loops (launch overhead)")
     t = p.add_argument_group("timing")
     t.add_argument("--reps", type=int, default=20, help="timed graph replays (median)")
@@ -459,8 +462,11 @@ class Runner:
             r = {}
             if self.measure(base, r, refs, n_calls):
                 sw["default_us"] = r["us"]
-        cands = grid.sweep_candidates(row, self.sms, self.args.sweep_limit)
-        log(f"  sweep: {len(cands)} configs around {sw['default']}")
+        if self.args.sweep_configs:
+            cands = [grid.parse_config(c) for c in self.args.sweep_configs.split(";") if c.strip()]
+        else:
+            cands = grid.sweep_candidates(row, self.sms, self.args.sweep_limit)
+        log(f"  sweep: {len(cands)} configs (default {sw['default']})")
         for cfg in cands:
             c = {"config": grid.format_config(cfg)}
             self.measure(G.flint_with_config(base, cfg), c, refs, n_calls, rejectable=True)

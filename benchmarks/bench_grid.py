@@ -210,35 +210,48 @@ def format_config(cfg: Config) -> str:
     return ",".join(str(int(x)) for x in cfg)
 
 
+# The compiled kernel variants (csrc/decode_attention/launch.cu), as
+# (warps, stages) of the split kernel and of the warp-per-head kernel, and
+# (splits, warps, stages) of the cluster-merge kernel.
+SPLIT_VARIANTS = [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3)]
+WARP_PER_HEAD_VARIANTS = [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3)]
+CLUSTER_VARIANTS = [(4, 4, 2), (4, 4, 3), (8, 4, 2), (8, 4, 3), (4, 8, 2), (4, 8, 3),
+                    (8, 8, 2), (8, 8, 3), (16, 4, 3), (16, 8, 2)]
+
+
 def sweep_candidates(row: Row, num_sms: int, limit: int) -> list[Config]:
     """Configs around the default: splits at 1/2, 3/4, 1, 3/2, 2 and 4 x its
-    choice (plus 1, 2, 4, 8 for sliding rows), warps {4, 8}, stages {2, 3, 4},
-    min_pages {1, 2, 4}; cluster with splits in {4, 8}
-    and 4 warps; and splits 0 (one warp per (request, kv head)) for every
-    warps x stages. Ordered by how many fields differ from the default (then by
-    how far splits moved), the default first, cut at ``limit``."""
+    choice (plus 1, 2, 4, 8 for sliding rows) for every compiled (warps,
+    stages) and min_pages {1, 2, 4}; every compiled cluster variant, and every
+    warp-per-head one where there are at least as many (request, kv head) pairs
+    as SMs. The warp-per-head and cluster ones first, then by how many fields
+    differ from the default (then by how far splits moved), the default first,
+    cut at ``limit``."""
     sliding = row.window is not None
     d = launch_config(row.batch, row.kv_heads, sliding, num_sms)
-    s0 = d[0]
+    s0 = d[0] if d[0] > 0 else 1
     splits = {max(1, round(s0 * f)) for f in (0.5, 0.75, 1.0, 1.5, 2.0, 4.0)}
     if sliding:
         splits |= {1, 2, 4, 8}
     cands = set()
     for s in splits:
-        for w in (4, 8):
-            for st in (2, 3, 4):
-                for mp in (1, 2, 4):
-                    cands.add((s, w, st, mp, 0))
-                    if s in (4, 8) and w == 4:
-                        cands.add((s, w, st, mp, 1))
+        for w, st in SPLIT_VARIANTS:
+            for mp in (1, 2, 4):
+                cands.add((s, w, st, mp, 0))
+    for s, w, st in CLUSTER_VARIANTS:
+        cands.add((s, w, st, 1, 1))  # every rank stays active: min_pages is unused
+    if row.batch * row.kv_heads >= num_sms:  # fewer pairs than SMs: one warp each is hopeless
+        for w, st in WARP_PER_HEAD_VARIANTS:
             cands.add((0, w, st, 1, 0))  # one warp per (request, kv head)
     cands.add(d)
 
     def key(c):
-        if c[0] == 0:  # the warp-per-head kernel: always among the first tried
-            return (1, 0.0, c)
+        if c == d:
+            return (0, 0, 0.0, c)
+        if c[0] == 0 or c[4] == 1:  # warp-per-head and cluster kernels: always tried
+            return (1, 0, 0.0, c)
         diff = sum(a != b for a, b in zip(c, d))
-        return (diff, abs(math.log2(c[0] / s0)), c)
+        return (2, diff, abs(math.log2(c[0] / s0)), c)
 
     ordered = sorted(cands, key=key)
     return ordered[: max(1, limit)]

@@ -45,7 +45,7 @@ for step in $steps; do
       else
         tail -40 "$OUT/build.log"; note "build FAILED"; break
       fi
-      grep -E "registers|spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -5 >"$OUT/ptxas.txt"
+      grep -E "registers|spill" "$OUT/build.log" | sort | uniq -c | sort -rn | head -8 >"$OUT/ptxas.txt"
       pack build.log ptxas.txt
       ;;
     tests)
@@ -59,16 +59,18 @@ for step in $steps; do
       pack tests.log errors.jsonl
       ;;
     variants)
-      python3 -m pytest -q tests/test_kernel_variants.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/variants.log" | tail -25
+      python3 -m pytest -q -p no:cacheprovider $workers tests/test_kernel_variants.py ${PYTEST_ARGS:-} 2>&1 |
+        tee "$OUT/variants.log" | grep -vE '^(SKIPPED|PASSED)|PytestBenchmarkWarning|warner' | tail -25
       note "variants: $(tail -1 "$OUT/variants.log") ($(( $(date +%s) - t0 )) s)"
       pack variants.log
       ;;
     sanitize)
       # Every kernel path one launch each (sanitize_cases.py), then the tests
-      # marked sanitizer_subset; racecheck of the subset took > 5 minutes on
-      # 2026-11-29, so it runs only with RACECHECK_SUBSET=1.
+      # marked sanitizer_subset (SANITIZE_SUBSET=0: not); racecheck of the
+      # subset took > 5 minutes on 2026-11-29, so it runs only with
+      # RACECHECK_SUBSET=1.
       for tool in memcheck synccheck racecheck; do
-        subset=1
+        subset=${SANITIZE_SUBSET:-1}
         [ $tool = racecheck ] && subset=${RACECHECK_SUBSET:-0}
         { compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_cases.py &&
           if [ "$subset" = 1 ]; then

@@ -18,6 +18,8 @@ CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
     ("5,4,3,1,0", [700, 129], 2, 64),
     ("4,4,3,1,1", [0, 500, 17], 1, 128),
     ("8,4,2,1,1", [300, 1], 1, None),
+    ("8,8,3,1,1", [0, 2000, 40], 1, None),
+    ("16,8,2,1,1", [900, 3], 1, 300),  # 16 ranks, half the threads idle in the merge
     ("0,4,3,1,0", [0, 700, 17, 129, 5], 2, 128),  # one warp per (request, kv head)
 ]
 

@@ -27,6 +27,12 @@ CONFIGS = [
     "4,4,3,1,1",
     "8,4,2,1,1",
     "8,4,3,1,1",
+    "4,8,2,1,1",
+    "4,8,3,1,1",
+    "8,8,2,1,1",
+    "8,8,3,1,1",
+    "16,4,3,1,1",  # 16 ranks: a non-portable cluster size
+    "16,8,2,1,1",  # 16 ranks of 8 warps: half the threads merge none of the dims
     # splits 0: one warp per (request, kv head), decode_attention_warp_per_head_kernel
     "0,4,2,1,0",
     "0,4,3,1,0",

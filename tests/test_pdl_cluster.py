@@ -39,14 +39,16 @@ def test_cluster_merge_matches_global_merge(launch_config, batch, window):
     q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 2, window)
     ref = reference(q, kv, bt, sl, sinks, window, SCALE)
     results = {}
-    for cfg in [None, "8,4,2,1,1", "4,4,3,1,1", "8,4,2,1,0", "4,4,3,1,0"]:
+    pairs = [("8,4,2,1,1", "8,4,2,1,0"), ("4,4,3,1,1", "4,4,3,1,0"), ("8,8,3,1,1", "8,8,3,1,0"),
+             ("16,8,2,1,1", "16,8,2,1,0")]
+    for cfg in [None] + [c for pair in pairs for c in pair]:
         launch_config(cfg)
         out.fill_(float("nan"))
         torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, SCALE, out)
         torch.cuda.synchronize()
         check(out, ref)
         results[cfg] = out.clone()
-    for cluster, global_merge in [("8,4,2,1,1", "8,4,2,1,0"), ("4,4,3,1,1", "4,4,3,1,0")]:
+    for cluster, global_merge in pairs:
         # Same CTA partials, merged in another order: at most a bf16 rounding apart.
         diff = (results[cluster].float() - results[global_merge].float()).abs()
         assert diff.max() <= 2**-7, f"{cluster} vs {global_merge} differ by {diff.max():.3e}"
@@ -126,7 +128,7 @@ def test_griddepcontrol_in_sass():
                           check=True).stdout
     kernels = re.split(r"\n\s*Function : ", sass)[1:]
     decode = [k for k in kernels if re.match(r"_ZN5flint\d+decode_attention(_warp_per_head)?_kernel", k)]
-    assert len(decode) >= 14, f"found {len(decode)} decode kernels"
+    assert len(decode) >= 20, f"found {len(decode)} decode kernels"
     for k in decode:
         name = k.split("\n", 1)[0]
         assert "ACQBULK" in k, f"no griddepcontrol.wait in {name}"

@@ -37,6 +37,8 @@ constexpr Variant kVariants[] = {
     variant<4, 2, 0>(), variant<4, 3, 0>(), variant<4, 4, 0>(),
     variant<8, 2, 0>(), variant<8, 3, 0>(),
     variant<4, 2, 4>(), variant<4, 3, 4>(), variant<4, 2, 8>(), variant<4, 3, 8>(),
+    variant<8, 2, 4>(), variant<8, 3, 4>(), variant<8, 2, 8>(), variant<8, 3, 8>(),
+    variant<4, 3, 16>(), variant<8, 2, 16>(),
     warp_per_head_variant<4, 2>(), warp_per_head_variant<4, 3>(), warp_per_head_variant<4, 4>(),
     warp_per_head_variant<8, 2>(), warp_per_head_variant<8, 3>(),
 };
@@ -53,8 +55,9 @@ const Variant* find_variant(const LaunchConfig& cfg) {
   return nullptr;
 }
 
-// Dynamic shared memory above 48 KB must be opted into, once per kernel and device.
-cudaError_t allow_smem(const Variant& v, int device) {
+// Dynamic shared memory above 48 KB and clusters above the portable 8 CTAs
+// must be opted into, once per kernel and device.
+cudaError_t prepare_kernel(const Variant& v, int device) {
   constexpr int kMaxDevices = 64;
   static std::atomic<bool> done[kNumVariants][kMaxDevices] = {};
   const int idx = static_cast<int>(&v - kVariants);
@@ -63,6 +66,8 @@ cudaError_t allow_smem(const Variant& v, int device) {
   cudaError_t err = cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin);
+  if (err == cudaSuccess && v.cluster_splits > 8)
+    err = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (err == cudaSuccess && device < kMaxDevices) done[idx][device] = true;
   return err;
 }
@@ -97,7 +102,7 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
   const Variant& v = *find_variant(cfg);  // callers check_launch_config first
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = allow_smem(v, device);
+  if (err == cudaSuccess) err = prepare_kernel(v, device);
   if (err != cudaSuccess) return err;
 
   int smem = v.smem_bytes;

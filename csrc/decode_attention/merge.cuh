@@ -21,10 +21,26 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
                                              int num_splits, int tid, int eh, int ed,
                                              float sink_scaled, uint16_t* out_row) {
   constexpr int E = kGqa * kHeadDim / (32 * kWarps);
+  // Rounds of kChunk splits keep 64 floats of loads in flight per thread.
+  constexpr int kChunk = 64 / E;
   const int64_t row0 = int64_t(bh) * gridDim.x;
+  const float* po = p.part_o + row0 * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+  float4 v[kChunk][E / 4];
+  auto load_chunk = [&](int s0) {
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      const int s = min(s0 + c, num_splits - 1);
+#pragma unroll
+      for (int i = 0; i < E / 4; ++i)
+        v[c][i] = ptx::ld_global_cg_f32x4(po + int64_t(s) * (kGqa * kHeadDim) + 4 * i);
+    }
+  };
+  // NOTE: the first round of partial O is loaded before the (m, l) phase, so
+  // its L2 latency overlaps the weights' instead of following it.
+  load_chunk(0);
   for (int i = tid; i < num_splits * 4; i += 32 * kWarps) {
-    const float4 v = ptx::ld_global_cg_f32x4(p.part_ml + row0 * 2 * kGqa + 4 * i);
-    *reinterpret_cast<float4*>(&ml[4 * i]) = v;
+    const float4 x = ptx::ld_global_cg_f32x4(p.part_ml + row0 * 2 * kGqa + 4 * i);
+    *reinterpret_cast<float4*>(&ml[4 * i]) = x;
   }
   __syncthreads();
 
@@ -52,19 +68,8 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
   }
   __syncthreads();
 
-  // Rounds of kChunk splits keep 64 floats of loads in flight per thread.
-  constexpr int kChunk = 64 / E;
   float o[E] = {};
-  const float* po = p.part_o + row0 * (kGqa * kHeadDim) + eh * kHeadDim + ed;
-  for (int s0 = 0; s0 < num_splits; s0 += kChunk) {
-    float4 v[kChunk][E / 4];
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const int s = min(s0 + c, num_splits - 1);
-#pragma unroll
-      for (int i = 0; i < E / 4; ++i)
-        v[c][i] = ptx::ld_global_cg_f32x4(po + int64_t(s) * (kGqa * kHeadDim) + 4 * i);
-    }
+  for (int s0 = 0;;) {
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
       const float w = s0 + c < num_splits ? ml[16 * (s0 + c) + kGqa + eh] : 0.f;
@@ -76,22 +81,34 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
         o[4 * i + 3] += w * v[c][i].w;
       }
     }
+    s0 += kChunk;
+    if (s0 >= num_splits) break;
+    load_chunk(s0);
   }
   const float m_scaled = ml[16 * num_splits + eh];
   const float l = ml[16 * num_splits + kGqa + eh];
   store_out<E>(out_row + ed, o, 1.f / (l + ptx::ex2(sink_scaled - m_scaled)));
 }
 
-// In the cluster merge, rank r owns dims [r D, (r + 1) D) of all 8 heads:
-// kPerThread consecutive dims of one head per thread, this head.
+// In the cluster merge, rank r owns dims [r D, (r + 1) D) of all 8 heads, 8 D
+// outputs: the first kThreads threads take kPerThread consecutive dims of one
+// head each (with 16 ranks of 8 warps, half the threads have none).
+template <int kWarps, int kSplits>
+struct ClusterMergeThreads {
+  static constexpr int kOutputs = kGqa * ClusterBufPlan<kSplits>::kDimsPerRank;
+  static constexpr int kThreads = kOutputs < 32 * kWarps ? kOutputs : 32 * kWarps;
+  static constexpr int kPerThread = kThreads > 0 ? kOutputs / kThreads : 0;
+};
+
+// The head whose merged dims thread `tid` writes (any valid head for threads
+// that write none, so that its sink can be read unconditionally).
 template <int kWarps, int kSplits>
 __device__ __forceinline__ int cluster_merge_head(int tid) {
   if constexpr (kSplits == 0) {
     return 0;  // no cluster: never used
   } else {
-    constexpr int D = ClusterBufPlan<kSplits>::kDimsPerRank;
-    constexpr int kPerThread = kGqa * D / (32 * kWarps);
-    return tid * kPerThread / D;
+    using T = ClusterMergeThreads<kWarps, kSplits>;
+    return min(tid, T::kThreads - 1) * T::kPerThread / ClusterBufPlan<kSplits>::kDimsPerRank;
   }
 }
 
@@ -122,8 +139,10 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
   ptx::cluster_wait();
 
   // This rank owns dims [split D, (split + 1) D) of all 8 heads.
-  constexpr int kPerThread = kGqa * D / (32 * kWarps);
+  using T = ClusterMergeThreads<kWarps, kSplits>;
+  constexpr int kPerThread = T::kPerThread;
   static_assert(kPerThread >= 1 && kPerThread <= 2, "one bf16 or one bf16 pair per thread");
+  if (tid >= T::kThreads) return;  // after the barrier: peers no longer store here
   const float* cb = reinterpret_cast<const float*>(buf);
   const int h = cluster_merge_head<kWarps, kSplits>(tid), dl = tid * kPerThread % D;
   float m = neg_inf();

@@ -11,7 +11,7 @@ namespace flint {
 // m[split][head] and l[split][head].
 template <int kSplits>
 struct ClusterBufPlan {
-  static_assert(kSplits == 0 || kSplits == 4 || kSplits == 8,
+  static_assert(kSplits == 0 || kSplits == 4 || kSplits == 8 || kSplits == 16,
                 "a cluster rank merges 128 / kSplits dims of every head");
   static constexpr int kDimsPerRank = kSplits > 0 ? kHeadDim / kSplits : 0;
   static constexpr int kM = kSplits * kGqa * kDimsPerRank;
