@@ -186,14 +186,18 @@ def launch_config(batch: int, num_kv_heads: int, sliding: bool, num_sms: int) ->
     if sliding:
         if batch <= 2:
             return (8, 4, 2, 1, 1)
+        if num_bh >= 3 * num_sms:
+            return (0, 8 if num_bh >= 8 * num_sms else 4, 2, 1, 0)
         if batch <= 16:
-            return (2, 8, 3, 1, 0)
+            return (1, 8, 2, 1, 0)
         return (1, 4, 3 if batch <= 64 else 2, 1, 0)
     if batch <= 2:
         return (max(1, num_sms // num_bh), 8, 2, 1, 0)
     if num_bh <= 8:
         return (max(1, 2 * num_sms // num_bh), 8, 2, 4, 0)
-    return (max(1, 2 * num_sms // num_bh), 4, 2 if batch <= 4 else 3, 2, 0)
+    if batch <= 4:
+        return (max(1, num_sms // num_bh), 8, 2, 2, 0)
+    return (max(1, 2 * num_sms // num_bh), 4, 3, 2, 0)
 
 
 def parse_config(text: str) -> Config:

@@ -21,6 +21,7 @@ CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
     ("8,8,3,1,1", [0, 2000, 40], 1, None),
     ("16,8,2,1,1", [900, 3], 1, 300),  # 16 ranks, half the threads idle in the merge
     ("0,4,3,1,0", [0, 700, 17, 129, 5], 2, 128),  # one warp per (request, kv head)
+    ("0,8,2,1,0", [3000, 1, 0, 260, 17, 40, 999, 5, 64], 1, 200),
 ]
 
 for cfg, seq_lens, kvh, window in CASES:

@@ -76,7 +76,7 @@ def test_variant_matches_reference(launch_config, config, window):
 
 @pytest.mark.parametrize("batch,num_kv_heads,window", [(1, 8, None), (2, 1, None), (4, 8, None),
                                                        (17, 2, None), (1, 8, 128), (16, 8, 128),
-                                                       (64, 4, 128)])
+                                                       (64, 4, 128), (64, 8, 128), (133, 8, 128)])
 def test_default_heuristic(batch, num_kv_heads, window):
     g = torch.Generator().manual_seed(batch * 31 + num_kv_heads)
     seq_lens = torch.randint(0, 3000, (batch,), generator=g).tolist()

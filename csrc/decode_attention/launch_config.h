@@ -17,24 +17,33 @@ struct LaunchConfig {
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // The reference design's heuristic, with the changes the H200 sweeps of
-// benchmarks/RESULTS.md (2026-11-29, commit c9b5069) showed to pay:
-//  - sliding, 3..16 requests: 2 splits of 8 warps, last-CTA merge (b16: 6.0 us
-//    against 12.0 us for the cluster of 4: per-CTA latency, not bytes, rules);
-//  - sliding, > 64 requests: 2 stages, so 3 CTAs share an SM (b256: 41.9 vs 47.6 us);
+// benchmarks/RESULTS.md showed to pay (2026-11-29 c9b5069, 2026-11-30 ee41244):
+//  - sliding, 3..16 requests: 1 split of 8 warps (b16: 5.6 us against 6.0 for
+//    2 splits and 10.5 for a cluster of 4: per-CTA latency, not bytes, rules);
+//  - sliding, >= 3 (request, kv head) pairs per SM: one warp per pair, no merge
+//    (b64: 12.1 against 15.3 us with 4 warps, 2 stages; b256: 39.6 against
+//    41.9 us with 8 warps, 2 stages);
+//  - sliding, other batches above 64: 2 stages, so 3 CTAs share an SM;
 //  - full, 1..2 requests: min_pages 1 (b1 L1k: 5.6 vs 6.8 us);
 //  - full, more requests but <= 8 (request, kv head) pairs: 8 warps, min_pages 4
-//    (kv heads 1, b8 L8k: 12.4 vs 15.5 us).
+//    (kv heads 1, b8 L8k: 12.4 vs 15.5 us);
+//  - full, 3..4 requests: as many 8-warp splits as the SMs take once (b4 L8k:
+//    35.7 vs 36.7 us for twice as many 4-warp splits).
+// Where the cluster merge wins (full b1 L1k: 4.7 vs 5.5 us) it loses at longer
+// sequences (b1 L8k: 15.7 vs 12.8 us), and the launch may not depend on them.
 inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool sliding, int num_sms) {
   const int num_bh = batch * num_kv_heads;
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
   if (sliding) {
     if (batch <= 2) return {8, 4, 2, 1, true};
-    if (batch <= 16) return {2, 8, 3, 1, false};
+    if (num_bh >= 3 * num_sms) return {0, num_bh >= 8 * num_sms ? 8 : 4, 2, 1, false};
+    if (batch <= 16) return {1, 8, 2, 1, false};
     return {1, 4, batch <= 64 ? 3 : 2, 1, false};
   }
   if (batch <= 2) return {at_least_1(num_sms / num_bh), 8, 2, 1, false};
   if (num_bh <= 8) return {at_least_1(2 * num_sms / num_bh), 8, 2, 4, false};
-  return {at_least_1(2 * num_sms / num_bh), 4, batch <= 4 ? 2 : 3, 2, false};
+  if (batch <= 4) return {at_least_1(num_sms / num_bh), 8, 2, 2, false};
+  return {at_least_1(2 * num_sms / num_bh), 4, 3, 2, false};
 }
 
 // Shared memory an SM has for CTAs; non-sliding launches pad theirs so that at
