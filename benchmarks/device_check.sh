@@ -34,6 +34,8 @@ export PYTHONUNBUFFERED=1
 note "$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader)"
 note "commit ${FLINT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, steps: $steps"
 workers=
+# 14 workers on one GPU ran 4 of the batch-1024 grid tests out of its 140 GB
+# (2026-11-30); 8 did not.
 python3 -c "import xdist" 2>/dev/null && workers="-n ${PYTEST_WORKERS:-8}"
 
 for step in $steps; do
