@@ -4,7 +4,8 @@
 #   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [demo]
 # (no argument: everything). Extra pytest arguments via PYTEST_ARGS (the tests
 # run on PYTEST_WORKERS pytest-xdist workers, default 8, where xdist exists),
-# benchmark arguments via BENCH_ARGS.
+# benchmark arguments via BENCH_ARGS. tests/test_multi_device.py runs only where
+# two GPUs are visible (the nvidia-h200-x2 kind without CUDA_VISIBLE_DEVICES).
 # The device tool returns at most 8 files from $OUT, so each finished step's
 # logs are appended to $OUT/logs-<steps>.tar and the summary goes to
 # $OUT/summary-<steps>.txt; two invocations with different steps may run side
