@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: build, GPU tests, sanitizers, benchmark. A short
 # summary is printed last.
-#   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [demo]
+#   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [timeline] [demo]
 # (no argument: everything). Extra pytest arguments via PYTEST_ARGS (the tests
 # run on PYTEST_WORKERS pytest-xdist workers, default 8, where xdist exists),
 # benchmark arguments via BENCH_ARGS. tests/test_multi_device.py runs only where
@@ -106,6 +106,14 @@ for step in $steps; do
         note "bench done ($(( $(date +%s) - t0 )) s)"
         (cd "$OUT" && pack wheels.log bench.log $(ls bench_* 2>/dev/null))
       fi
+      ;;
+    timeline)
+      # Per-CTA phase stamps in chains of calls (benchmarks/timeline.py); rows
+      # and config via TIMELINE_ARGS.
+      python3 benchmarks/timeline.py --json "$OUT/timeline.json" ${TIMELINE_ARGS:-} 2>&1 |
+        tee "$OUT/timeline.log" | tail -20
+      note "timeline rc=$? ($(( $(date +%s) - t0 )) s)"
+      pack timeline.log timeline.json
       ;;
     demo)
       python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15

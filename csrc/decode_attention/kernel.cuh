@@ -17,6 +17,7 @@
 #include "decode_attention/merge.cuh"
 #include "decode_attention/params.h"
 #include "decode_attention/smem_plan.h"
+#include "decode_attention/timeline.cuh"
 #include "decode_attention/warp_pages.cuh"
 #include "ptx/bulk_copy.cuh"
 #include "ptx/cluster.cuh"
@@ -50,7 +51,7 @@ __device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st
 
 }  // namespace detail
 
-template <int kWarps, int kStages, int kClusterSplits>
+template <int kWarps, int kStages, int kClusterSplits, bool kTimeline = false>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     decode_attention_kernel(const __grid_constant__ DecodeParams p) {
   using Plan = SmemPlan<kWarps, kStages, kClusterSplits>;
@@ -60,6 +61,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   constexpr int kThreadsPerHead = kHeadDim / E;
 
   extern __shared__ __align__(128) uint8_t smem[];
+  stamp<kTimeline>(p, kStampEntry);
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int max_splits = gridDim.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -130,7 +132,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // leading page is in flight before griddepcontrol.wait.
   const int current_page = (seq_len - 1) / kPageTokens;
   issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
+  stamp<kTimeline>(p, kStampPrologue);
   ptx::grid_dependency_wait();
+  stamp<kTimeline>(p, kStampWaited);
   issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
@@ -142,6 +146,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // K/V streaming is done: a PDL-launched successor may start its prologue
   // while this grid merges.
   ptx::launch_dependents();
+  stamp<kTimeline>(p, kStampStreamed);
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
   __syncthreads();  // every warp is done with its ring
@@ -170,6 +175,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       o[e + 3] += corr * x.w;
     }
   }
+  stamp<kTimeline>(p, kStampMerged);
   if constexpr (kClusterSplits > 0) {
     // ---- merge the splits of the cluster ------------------------------------
     cluster_merge<kWarps, kClusterSplits>(p, smem + Plan::kClusterOffset, split, b, kvh, tid, eh,
@@ -194,6 +200,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     int* arrival = reinterpret_cast<int*>(smem + Plan::kFlagOffset);
     if (tid == 0) *arrival = ptx::atomic_add_acq_rel_gpu(p.counters + bh, 1);
     __syncthreads();
+    stamp<kTimeline>(p, kStampArrived);
     if (*arrival == num_splits - 1) {
       merge_splits<kWarps>(p, warp_bufs + kWarps * Plan::kWarpBufFloats, bh, num_splits,
                                  tid, eh, ed, sink_scaled, out_row);
@@ -201,6 +208,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       if (tid == 0) ptx::st_relaxed_gpu(p.counters + bh, 0);
     }
   }
+  stamp<kTimeline>(p, kStampExit);
 }
 
 }  // namespace flint

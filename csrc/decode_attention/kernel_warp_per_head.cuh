@@ -15,6 +15,7 @@
 #include "decode_attention/common.cuh"
 #include "decode_attention/params.h"
 #include "decode_attention/smem_plan.h"
+#include "decode_attention/timeline.cuh"
 #include "decode_attention/warp_pages.cuh"
 #include "ptx/griddepcontrol.cuh"
 #include "ptx/mbarrier.cuh"
@@ -42,13 +43,14 @@ __device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t st
 
 }  // namespace detail
 
-template <int kWarps, int kStages>
+template <int kWarps, int kStages, bool kTimeline = false>
 __global__ void __launch_bounds__(32 * kWarps)
     decode_attention_warp_per_head_kernel(const __grid_constant__ DecodeParams p) {
   using Plan = SmemPlan<kWarps, kStages, 0>;  // the ring and barriers; no merge buffers
   using namespace detail;
 
   extern __shared__ __align__(128) uint8_t smem[];
+  stamp<kTimeline>(p, kStampEntry);  // thread 0: the stamps follow warp 0's pair
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
   const int pair = blockIdx.x * kWarps + warp;
@@ -89,7 +91,9 @@ __global__ void __launch_bounds__(32 * kWarps)
   // ---- prefetch all but the current token's page, then wait -----------------
   const int current_page = (seq_len - 1) / kPageTokens;
   issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
+  stamp<kTimeline>(p, kStampPrologue);
   ptx::grid_dependency_wait();
+  stamp<kTimeline>(p, kStampWaited);
   issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
@@ -99,11 +103,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
                         st);
   ptx::launch_dependents();
+  stamp<kTimeline>(p, kStampStreamed);
 
   // ---- normalize with the sink term and store --------------------------------
   const float inv0 = 1.f / (st.l[0] + ptx::ex2(sink0 - st.m[0] * p.scale_log2));
   const float inv1 = 1.f / (st.l[1] + ptx::ex2(sink1 - st.m[1] * p.scale_log2));
   store_warp_out(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
+  stamp<kTimeline>(p, kStampExit);
 }
 
 }  // namespace flint

@@ -14,21 +14,23 @@ using KernelFn = void (*)(DecodeParams);
 struct Variant {
   int warps, stages, cluster_splits;
   bool warp_per_head;    // decode_attention_warp_per_head_kernel (num_splits 0)
+  bool timeline;         // records the diagnostic timeline (params.timeline)
   KernelFn kernel;
   int smem_bytes;        // SmemPlan::kBytes
   int max_merge_splits;  // SmemPlan::kMaxMergeSplits
 };
 
-template <int W, int S, int C>
+template <int W, int S, int C, bool T = false>
 constexpr Variant variant() {
   using Plan = SmemPlan<W, S, C>;
-  return {W, S, C, false, &decode_attention_kernel<W, S, C>, Plan::kBytes, Plan::kMaxMergeSplits};
+  return {W, S, C, false, T, &decode_attention_kernel<W, S, C, T>, Plan::kBytes,
+          Plan::kMaxMergeSplits};
 }
 
-template <int W, int S>
+template <int W, int S, bool T = false>
 constexpr Variant warp_per_head_variant() {
   using Plan = SmemPlan<W, S, 0>;
-  return {W, S, 0, true, &decode_attention_warp_per_head_kernel<W, S>, Plan::kBytes, 0};
+  return {W, S, 0, true, T, &decode_attention_warp_per_head_kernel<W, S, T>, Plan::kBytes, 0};
 }
 
 // The compiled variants: the reference heuristic's choices plus neighbours for
@@ -41,14 +43,18 @@ constexpr Variant kVariants[] = {
     variant<4, 3, 16>(), variant<8, 2, 16>(),
     warp_per_head_variant<4, 2>(), warp_per_head_variant<4, 3>(), warp_per_head_variant<4, 4>(),
     warp_per_head_variant<8, 2>(), warp_per_head_variant<8, 3>(),
+    // With the diagnostic timeline: what the heuristic picks for the short
+    // rows of the benchmark, and the b1 L1k cluster.
+    variant<8, 2, 0, true>(), variant<4, 3, 0, true>(), variant<4, 2, 8, true>(),
+    warp_per_head_variant<4, 2, true>(), warp_per_head_variant<8, 2, true>(),
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
-const Variant* find_variant(const LaunchConfig& cfg) {
+const Variant* find_variant(const LaunchConfig& cfg, bool timeline) {
   const bool warp_per_head = cfg.num_splits == 0;
   for (const Variant& v : kVariants) {
     if (v.warps == cfg.num_warps && v.stages == cfg.num_stages &&
-        v.warp_per_head == warp_per_head &&
+        v.warp_per_head == warp_per_head && v.timeline == timeline &&
         v.cluster_splits == (cfg.cluster ? cfg.num_splits : 0))
       return &v;
   }
@@ -74,12 +80,13 @@ cudaError_t prepare_kernel(const Variant& v, int device) {
 
 }  // namespace
 
-std::string check_launch_config(const LaunchConfig& cfg) {
-  const Variant* v = find_variant(cfg);
+std::string check_launch_config(const LaunchConfig& cfg, bool timeline) {
+  const Variant* v = find_variant(cfg, timeline);
   if (v == nullptr) {
     std::string have;
     for (const Variant& k : kVariants)
-      have += " (warps " + std::to_string(k.warps) + ", stages " + std::to_string(k.stages) +
+      if (k.timeline == timeline)
+        have += " (warps " + std::to_string(k.warps) + ", stages " + std::to_string(k.stages) +
               (k.cluster_splits ? ", cluster of " + std::to_string(k.cluster_splits) : "") +
               (k.warp_per_head ? ", warp per head (splits 0)" : "") + ")";
     return "no compiled kernel for " + std::to_string(cfg.num_warps) + " warps, " +
@@ -97,9 +104,16 @@ std::string check_launch_config(const LaunchConfig& cfg) {
   return {};
 }
 
+int64_t num_ctas(const DecodeParams& params, const LaunchConfig& cfg) {
+  const int64_t num_pairs = int64_t(params.batch) * params.num_kv_heads;
+  return cfg.num_splits == 0 ? (num_pairs + cfg.num_warps - 1) / cfg.num_warps
+                             : num_pairs * cfg.num_splits;
+}
+
 cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConfig& cfg,
                                     bool sliding, bool pdl, cudaStream_t stream) {
-  const Variant& v = *find_variant(cfg);  // callers check_launch_config first
+  // Callers check_launch_config first.
+  const Variant& v = *find_variant(cfg, params.timeline != nullptr);
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = prepare_kernel(v, device);

@@ -12,11 +12,16 @@
 namespace flint {
 
 // Empty if `cfg` can run `batch * num_kv_heads` (request, kv head) pairs,
-// else why not (no compiled variant, too many splits for the merge).
-std::string check_launch_config(const LaunchConfig& cfg);
+// else why not (no compiled variant, too many splits for the merge). With
+// `timeline`, among the few variants that record the diagnostic timeline.
+std::string check_launch_config(const LaunchConfig& cfg, bool timeline = false);
+
+// CTAs in the grid of `cfg` for the call `params` describes.
+int64_t num_ctas(const DecodeParams& params, const LaunchConfig& cfg);
 
 // Launches on `stream`; `sliding` sets the shared-memory padding rule and
-// `pdl` the programmatic-stream-serialization attribute.
+// `pdl` the programmatic-stream-serialization attribute. A non-null
+// params.timeline launches the variant that records it.
 cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConfig& cfg,
                                     bool sliding, bool pdl, cudaStream_t stream);
 

@@ -42,6 +42,11 @@ struct DecodeParams {
   int window;       // attend to the last `window` positions; 0 = all
   int min_pages;    // a split is active when each of its warps gets >= this many pages
   float scale_log2; // softmax scale * log2(e)
+
+  // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
+  // written by the kTimeline kernels; nullptr for the operator. Last, so the
+  // operator's kernels see every other field where they did before.
+  uint64_t* timeline;
 };
 
 }  // namespace flint

@@ -10,6 +10,8 @@
 #include <torch/library.h>
 
 #include "decode_attention/launch.h"
+#include "decode_attention/timeline.h"
+#include "ops/decode_attention_cuda.h"
 #include "ops/params_from_tensors.h"
 #include "ops/validation.h"
 #include "ops/workspace.h"
@@ -39,10 +41,13 @@ bool pdl_enabled() {
   return env == nullptr || std::string(env) != "0";
 }
 
-void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
-                           const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                           const at::Tensor& sinks, std::optional<int64_t> window, double scale,
-                           const at::Tensor& out) {
+}  // namespace
+
+void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                                  const at::Tensor& sinks, std::optional<int64_t> window,
+                                  double scale, const at::Tensor& out,
+                                  const at::Tensor* timeline) {
   check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
   const int64_t batch = q.size(0);
   if (batch == 0) return;
@@ -64,7 +69,7 @@ void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
 
   const bool sliding = window.has_value();
   const LaunchConfig cfg = launch_config(batch, num_kv_heads, sliding, props->multiProcessorCount);
-  const std::string bad = check_launch_config(cfg);
+  const std::string bad = check_launch_config(cfg, timeline != nullptr);
   TORCH_CHECK(bad.empty(), "flint.decode_attention: unsupported launch configuration: ", bad);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
@@ -85,9 +90,29 @@ void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
+  if (timeline != nullptr) {
+    const int64_t need = num_ctas(p, cfg) * kNumStamps * 2;
+    TORCH_CHECK(timeline->is_cuda() && timeline->device() == q.device() &&
+                    timeline->scalar_type() == at::kLong && timeline->is_contiguous() &&
+                    timeline->numel() >= need,
+                "decode_attention_timeline: timeline must be a contiguous int64 tensor on ",
+                q.device(), " with at least ", need, " elements (", num_ctas(p, cfg),
+                " CTAs x ", static_cast<int>(kNumStamps), " stamps x 2)");
+    p.timeline = reinterpret_cast<uint64_t*>(timeline->data_ptr<int64_t>());
+  }
 
   C10_CUDA_CHECK(launch_decode_attention(p, cfg, sliding, pdl_enabled(), stream));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+namespace {
+
+void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
+                           const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                           const at::Tensor& sinks, std::optional<int64_t> window, double scale,
+                           const at::Tensor& out) {
+  decode_attention_cuda_launch(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                               nullptr);
 }
 
 }  // namespace

@@ -1,0 +1,155 @@
+"""Where a call's time goes, in a chain of calls as a serving engine makes them.
+
+Captures, per benchmark row, one CUDA graph of N back-to-back calls of the
+test op flint_testing::decode_attention_timeline (the operator launched
+through a variant whose thread 0 of every CTA records %globaltimer and
+%clock64 at each phase: csrc/decode_attention/timeline.h), rotating over
+input sets larger than L2 like bench_decode.py, replays it, and reports
+medians over the calls after the first few:
+
+  period          end of call i-1 -> end of call i (the time per call a chain sees)
+  first entry     end of call i-1 -> first CTA of call i starts (< 0: PDL overlap)
+  wait released   end of call i-1 -> first CTA past griddepcontrol.wait
+  per CTA (cycles of its own SM, converted at the SM clock): the time into
+  each stamp from the CTA's previous one (entry -> prologue done -> wait
+  returned -> pages streamed -> CTA merged -> arrived -> exit), over the CTAs
+  that reached it.
+
+"End of call" is the last stamp any CTA of that call wrote (its exit). The
+timeline variants exist for the launch configs the heuristic picks on the
+benchmark's short rows (8 warps x 2 stages, 4 x 3, cluster of 8 x 4 warps x 2
+stages, one warp per pair with 4 or 8 warps x 2 stages); others are an error.
+
+    python benchmarks/timeline.py --rows b1_l1k,swa128_b16_l8k [--config 8,4,2,1,1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import bench_grid as grid  # noqa: E402
+import bench_gpu as G  # noqa: E402
+
+STAMPS = ["entry", "prologue", "waited", "streamed", "merged", "arrived", "exit"]
+
+
+def num_ctas(row: grid.Row, cfg: tuple) -> int:
+    pairs = row.batch * row.kv_heads
+    return -(-pairs // cfg[1]) if cfg[0] == 0 else pairs * cfg[0]
+
+
+def run_row(row: grid.Row, cfg: tuple, n_calls: int, skip: int, sm_ghz: float) -> dict:
+    op = torch.ops.flint_testing.decode_attention_timeline
+    n_sets = grid.num_sets(row, 2 * grid.L2_BYTES_DEFAULT)
+    n_calls = max(n_calls, n_sets)  # one rotation over all sets: L2 stays cold
+    inp = G.make_inputs(row, n_sets, seed=1, device="cuda")
+    ctas = num_ctas(row, cfg)
+    timeline = torch.zeros(n_calls, ctas, len(STAMPS), 2, dtype=torch.int64, device="cuda")
+    outs = [torch.empty_like(s.q) for s in inp.sets]
+
+    def call(i):
+        s = inp.sets[i % n_sets]
+        op(s.q, s.kv, s.block_tables, inp.seq_lens, inp.sinks, row.window, grid.SCALE,
+           outs[i % n_sets], timeline[i])
+
+    os.environ[G.FLINT_ENV] = grid.format_config(cfg)
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for i in range(n_sets):  # eager first calls: workspace, kernel attributes
+                call(i)
+        stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(n_calls):
+                call(i)
+    finally:
+        os.environ.pop(G.FLINT_ENV, None)
+    graph.replay()  # warm
+    timeline.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    t = timeline.cpu().numpy()
+    return summarize(row, cfg, t, n_sets, skip, sm_ghz)
+
+
+def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
+              sm_ghz: float) -> dict:
+    """t: [calls, ctas, stamps, (ns, clock)] int64, 0 where a CTA never got there."""
+    ns, clk = t[..., 0].astype(np.float64), t[..., 1].astype(np.float64)
+    written = t[..., 0] != 0
+    n_calls = t.shape[0]
+
+    def med(xs) -> float:
+        xs = np.asarray(xs, dtype=np.float64)
+        return float(np.median(xs)) if xs.size else float("nan")
+
+    ends = np.where(written, ns, -np.inf).max(axis=(1, 2))
+    calls = range(max(skip, 1), n_calls)
+    period = [ends[i] - ends[i - 1] for i in calls]
+    first_entry = [ns[i, written[i, :, 0], 0].min() - ends[i - 1] for i in calls
+                   if written[i, :, 0].any()]
+    released = [ns[i, written[i, :, 2], 2].min() - ends[i - 1] for i in calls
+                if written[i, :, 2].any()]
+    # Per CTA, the phase ending at stamp k starts at the latest earlier stamp
+    # that CTA wrote (a cluster CTA has no "arrived", a warp-per-head one no
+    # "merged"); SM cycles, converted at sm_ghz.
+    phases = {}
+    w, c = written[skip:], clk[skip:]
+    for k in range(1, len(STAMPS)):
+        start = np.full(w.shape[:2], np.nan)
+        for j in range(k):
+            start = np.where(w[..., j], c[..., j], start)
+        ok = w[..., k] & ~np.isnan(start)
+        phases[f"to {STAMPS[k]}"] = med((c[..., k] - start)[ok] / sm_ghz / 1e3)
+    steps = np.diff(np.sort(np.unique(ns[written])))
+    return {
+        "row": row.name, "config": grid.format_config(cfg), "ctas": int(t.shape[1]),
+        "calls": n_calls, "sets": n_sets, "period_us": med(period) / 1e3,
+        "first_entry_us": med(first_entry) / 1e3, "wait_released_us": med(released) / 1e3,
+        "cta_phase_us": phases,
+        "ctas_reaching": {s: int(w[..., k].sum()) for k, s in enumerate(STAMPS)},
+        "globaltimer_step_ns": float(steps[steps > 0].min()) if (steps > 0).any() else None,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--rows", default="b1_l1k,b1_l8k,h1_b8_l8k,swa128_b1_l8k,swa128_b16_l8k,"
+                                     "swa128_b64_l8k,swa128_b256_l8k")
+    p.add_argument("--config", help="FLINT_LAUNCH_CONFIG for every row (default: the heuristic's)")
+    p.add_argument("--calls", type=int, default=64, help="calls per graph (at least one per input set)")
+    p.add_argument("--skip", type=int, default=8, help="leading calls left out of the medians")
+    p.add_argument("--sm-ghz", type=float, default=1.98, help="SM clock for cycles -> ns")
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args()
+    G.import_flint()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    results = []
+    for row in grid.select_rows(args.rows, False):
+        cfg = grid.parse_config(args.config) if args.config else grid.launch_config(
+            row.batch, row.kv_heads, row.window is not None, sms)
+        r = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
+        results.append(r)
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in r["cta_phase_us"].items())
+        print(f"{r['row']} [{r['config']}, {r['ctas']} CTAs]: period {r['period_us']:.2f} µs, "
+              f"first entry {r['first_entry_us']:+.2f}, wait released {r['wait_released_us']:+.2f} "
+              f"(vs previous call's end); per CTA (µs): {phases}; CTAs reaching: "
+              f"{r['ctas_reaching']}; globaltimer step {r['globaltimer_step_ns']} ns", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

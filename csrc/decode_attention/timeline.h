@@ -1,0 +1,19 @@
+// The phases the diagnostic timeline stamps (decode_attention/timeline.cuh),
+// in the order a CTA reaches them. Host-visible: the test op sizes its buffer
+// from kNumStamps.
+#pragma once
+
+namespace flint {
+
+enum TimelineStamp : int {
+  kStampEntry,      // first instruction
+  kStampPrologue,   // seq_len and block table read, leading pages issued
+  kStampWaited,     // griddepcontrol.wait returned
+  kStampStreamed,   // the CTA's pages are consumed (launch_dependents)
+  kStampMerged,     // the CTA's warps merged (split kernel)
+  kStampArrived,    // arrival counted (last-CTA merge)
+  kStampExit,       // output or partial written
+  kNumStamps
+};
+
+}  // namespace flint
