@@ -87,8 +87,8 @@ std::string check_launch_config(const LaunchConfig& cfg, bool timeline) {
     for (const Variant& k : kVariants)
       if (k.timeline == timeline)
         have += " (warps " + std::to_string(k.warps) + ", stages " + std::to_string(k.stages) +
-              (k.cluster_splits ? ", cluster of " + std::to_string(k.cluster_splits) : "") +
-              (k.warp_per_head ? ", warp per head (splits 0)" : "") + ")";
+                (k.cluster_splits ? ", cluster of " + std::to_string(k.cluster_splits) : "") +
+                (k.warp_per_head ? ", warp per head (splits 0)" : "") + ")";
     return "no compiled kernel for " + std::to_string(cfg.num_warps) + " warps, " +
            std::to_string(cfg.num_stages) + " stages" +
            (cfg.cluster ? ", cluster of " + std::to_string(cfg.num_splits) : "") +
