@@ -15,10 +15,19 @@ import textwrap
 
 import pytest
 import torch
-from conftest import LAYOUTS, check_against_reference, check_output, layout_grid, needs_hopper, run_op
+from conftest import (
+    LAYOUTS,
+    assert_close,
+    check_against_reference,
+    check_output,
+    layout_grid,
+    needs_hopper,
+    reference,
+    run_op,
+)
 
 from flint_attention import flint_decode_attention
-from flint_attention.reference import make_paged_inputs
+from flint_attention.reference import BF16_VS_F64, DEFAULT_SCALE, make_paged_inputs
 
 pytestmark = needs_hopper
 sanitizer_subset = pytest.mark.sanitizer_subset
@@ -119,6 +128,34 @@ def test_two_streams():
         check_output(inp.out, inp, window, what=f"call {i} on stream {i % 2}")
 
 
+@sanitizer_subset
+def test_default_stream_then_side_stream():
+    # The legacy default stream is handle 0 and PyTorch's side streams do not
+    # synchronize with it: a call there followed by one on a side stream (and
+    # back) must still be ordered by the op, or the two share the arrival
+    # counters while both run. Long multi-split calls first, many rounds.
+    big = [make_paged_inputs(1, [65536], 8, None, "cuda") for _ in range(2)]
+    small = [make_paged_inputs(4, [5000, 17, 8192, 1], 8, None, "cuda") for _ in range(2)]
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    default = torch.cuda.default_stream()
+    outs = []
+    for round_ in range(20):
+        first, second = (default, side) if round_ % 2 == 0 else (side, default)
+        for stream, inp in ((first, big[round_ % 2]), (second, small[round_ % 2])):
+            with torch.cuda.stream(stream):
+                out = torch.full_like(inp.out, NAN)
+                flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens,
+                                       inp.sinks, None, 0.125, out)
+                outs.append((out, inp))
+    torch.cuda.synchronize()
+    for i, (out, inp) in enumerate(outs[:4]):
+        check_output(out, inp, None, 0.125, what=f"call {i}")
+    for i, (out, inp) in enumerate(outs):
+        first_of_its_inputs = next(o for o, x in outs if x is inp)
+        assert torch.equal(out, first_of_its_inputs), f"call {i} differs from the first on its inputs"
+
+
 def test_thousand_launches_reuse_counters():
     # Configs that split a (request, kv head) over CTAs, merged through the
     # self-resetting arrival counters; alternating them reuses the counters
@@ -186,3 +223,30 @@ def test_repeated_runs_are_bitwise_identical(batch, lens, window):
     for run in range(20):
         inp.out.fill_(NAN)
         assert torch.equal(run_op(inp, window), first), f"run {run + 1} differs from run 0"
+
+
+@sanitizer_subset
+@pytest.mark.parametrize("window", [None, 64])
+def test_out_of_contract_values_stay_in_bounds(window):
+    # The GPU does not check the data contract (that needs a sync): seq_lens
+    # outside [0, 16 x max_blocks] and block ids outside [0, num_blocks) in
+    # attended pages must still never read or write out of bounds (the kernel
+    # clamps them; memcheck in the sanitizer subset). Their requests' outputs
+    # are unspecified; every other request must be exact.
+    lens = [300, 5000, 40, 17, 4097]
+    inp = make_paged_inputs(5, lens, 2, window, "cuda")
+    good = [0, 2, 4]
+    expected = reference(inp, window)
+    max_len = 16 * inp.block_tables.shape[1]
+    seq_lens = inp.seq_lens.clone()
+    seq_lens[1] = 10**9 if max_len < 10**9 else max_len + 1  # past the block table
+    seq_lens[3] = -5
+    table = inp.block_tables.clone()
+    table[1, -1] = 2**31 - 1
+    table[1, -2] = -1
+    table[3, 0] = -(2**31)
+    out = torch.full_like(inp.out, NAN)
+    flint_decode_attention(inp.q, inp.kv_cache, table, seq_lens, inp.sinks, window, DEFAULT_SCALE, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out[3], torch.zeros_like(out[3])), "a negative seq_len attends to nothing"
+    assert_close(out[good], expected[good], BF16_VS_F64, "requests within the contract")

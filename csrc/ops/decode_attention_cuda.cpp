@@ -60,12 +60,8 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
               "). Run on CPU tensors for the reference path.");
   TORCH_CHECK(batch <= 65535, "flint.decode_attention: batch must be <= 65535 on the GPU "
               "(grid z), got ", batch);
-  TORCH_CHECK(num_kv_heads <= 65535 && batch * num_kv_heads <= INT32_MAX,
-              "flint.decode_attention: num_kv_heads must be <= 65535 and batch x num_kv_heads "
-              "<= 2^31 - 1, got ", num_kv_heads, " kv heads and batch ", batch);
-  TORCH_CHECK(block_tables.size(1) <= INT32_MAX / kPageTokens && kv_cache.size(0) <= INT32_MAX,
-              "flint.decode_attention: 16 * max_blocks and num_blocks must fit int32, got "
-              "block_tables ", block_tables.sizes(), " and kv_cache ", kv_cache.sizes());
+  TORCH_CHECK(num_kv_heads <= 65535, "flint.decode_attention: num_kv_heads must be <= 65535 on "
+              "the GPU (grid y), got ", num_kv_heads);
 
   const bool sliding = window.has_value();
   const LaunchConfig cfg = launch_config(batch, num_kv_heads, sliding, props->multiProcessorCount);
@@ -73,7 +69,9 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   TORCH_CHECK(bad.empty(), "flint.decode_attention: unsupported launch configuration: ", bad);
 
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const Workspace& ws = workspace_for(q.device(), stream);
+  // Held until the launch is queued (end of scope).
+  const WorkspaceLease lease = lease_workspace(q.device(), stream);
+  const Workspace& ws = lease.ws;
   const int64_t num_bh = batch * num_kv_heads;
   if (cfg.num_splits > 1 && !cfg.cluster) {
     TORCH_CHECK(num_bh * cfg.num_splits <= ws.max_partials, "flint.decode_attention: the "

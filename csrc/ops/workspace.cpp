@@ -16,26 +16,50 @@ namespace {
 // the rest is headroom for tuned configurations.
 constexpr int64_t kMaxPartialsPerSm = 4;
 
+// The stream of the last launch that used the workspace, and an event to
+// make the next launch's stream wait for it.
+struct LastUse {
+  bool valid = false;
+  cudaStream_t stream = nullptr;  // may be the legacy default stream, nullptr
+  unsigned long long capture_id = 0;
+  cudaEvent_t done = nullptr;
+};
+
 struct DeviceState {
   at::Tensor part_o, part_ml, counters;
   Workspace ws;
-  cudaStream_t last_stream = nullptr;
-  cudaEvent_t last_done = nullptr;
+  LastUse eager, captured;  // eager launches; launches being captured
 };
 
-bool is_capturing(cudaStream_t stream) {
+unsigned long long capture_id_of(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  return status != cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id));
+  return status == cudaStreamCaptureStatusActive ? id : 0;
+}
+
+// Makes `stream` wait for the last use if that was on another stream of the
+// same capture (capture_id 0: none). A stream of a capture that has since been
+// joined back is no longer capturing: there is nothing left to order on.
+void order_after(LastUse& last, cudaStream_t stream, unsigned long long capture_id) {
+  if (last.valid && last.stream != stream && last.capture_id == capture_id &&
+      (capture_id == 0 || capture_id_of(last.stream) == capture_id)) {
+    C10_CUDA_CHECK(cudaEventRecord(last.done, last.stream));
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream, last.done, 0));
+  }
+  last.valid = true;
+  last.stream = stream;
+  last.capture_id = capture_id;
 }
 
 }  // namespace
 
-Workspace& workspace_for(const at::Device& device, cudaStream_t stream) {
+WorkspaceLease lease_workspace(const at::Device& device, cudaStream_t stream) {
   static std::mutex mutex;
   static std::map<int, DeviceState> states;
-  std::lock_guard<std::mutex> lock(mutex);
-  const bool capturing = is_capturing(stream);
+  std::unique_lock<std::mutex> lock(mutex);
+  const unsigned long long capture_id = capture_id_of(stream);
+  const bool capturing = capture_id != 0;
   auto it = states.find(device.index());
   if (it == states.end()) {
     TORCH_CHECK(!capturing, "flint.decode_attention must run eagerly once on ", device,
@@ -49,18 +73,19 @@ Workspace& workspace_for(const at::Device& device, cudaStream_t stream) {
     st.counters = at::zeros({max_partials}, f32.dtype(at::kInt));
     st.ws = {st.part_o.data_ptr<float>(), st.part_ml.data_ptr<float>(),
              st.counters.data_ptr<int32_t>(), max_partials};
-    C10_CUDA_CHECK(cudaEventCreateWithFlags(&st.last_done, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&st.eager.done, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&st.captured.done, cudaEventDisableTiming));
     it = states.emplace(device.index(), std::move(st)).first;
   }
   DeviceState& st = it->second;
-  if (!capturing) {
-    if (st.last_stream != nullptr && st.last_stream != stream) {
-      C10_CUDA_CHECK(cudaEventRecord(st.last_done, st.last_stream));
-      C10_CUDA_CHECK(cudaStreamWaitEvent(stream, st.last_done, 0));
-    }
-    st.last_stream = stream;
-  }
-  return st.ws;
+  // NOTE: an eager stream cannot be waited on from inside a capture (and
+  // would order nothing at replay), so captured launches are ordered only
+  // among the streams of their own capture.
+  if (capturing)
+    order_after(st.captured, stream, capture_id);
+  else
+    order_after(st.eager, stream, 0);
+  return {st.ws, std::move(lock)};
 }
 
 }  // namespace flint

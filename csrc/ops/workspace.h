@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 
 #include <ATen/core/Tensor.h>
 #include <cuda_runtime.h>
@@ -12,16 +13,25 @@ namespace flint {
 struct Workspace {
   float* part_o;       // [max_partials, 8, 128]
   float* part_ml;      // [max_partials, 2, 8]
-  int32_t* counters;   // [max_partials], zero between launches
+  int32_t* counters;   // [max_partials] (one per (request, kv head) in use), zero between launches
   int64_t max_partials;
+};
+
+// The workspace of a device, with the lock that orders its users: hold the
+// lease until the launch that uses it is queued, so that no other host thread
+// queues a launch in between the stream ordering and this one.
+struct WorkspaceLease {
+  Workspace& ws;
+  std::unique_lock<std::mutex> lock;
 };
 
 // The workspace of `device`, allocated once at a fixed maximum sized from the
 // SM count and never replaced, so captured CUDA graphs keep valid pointers.
-// Counters are zeroed only at allocation: launches sharing them must be
-// ordered on one stream, so a launch from another stream than the previous one
-// first waits for that stream (skipped during graph capture). Raises if the
-// first call for a device happens inside a CUDA-graph capture.
-Workspace& workspace_for(const at::Device& device, cudaStream_t stream);
+// Counters are zeroed only at allocation: launches sharing them must not
+// overlap, so a launch on another stream than the previous one first waits for
+// that stream: eagerly, and between streams of one CUDA-graph capture (the
+// wait becomes a graph edge). A graph's replay is ordered only on its replay
+// stream. Raises if the first call for a device happens inside a capture.
+WorkspaceLease lease_workspace(const at::Device& device, cudaStream_t stream);
 
 }  // namespace flint
