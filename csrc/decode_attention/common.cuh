@@ -8,7 +8,6 @@
 
 namespace flint::detail {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }

@@ -71,10 +71,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   uint16_t* out_row = p.out + b * p.out_stride_b + (kvh * kGqa + eh) * p.out_stride_h;
   // NOTE: sinks are weights, never written by the kernel this one overlaps
   // with: read them first so that the epilogue never waits on a global load.
-  const float sink_scaled = p.sinks[kvh * kGqa + eh] * kLog2e;
+  const float sink_scaled = p.sinks[kvh * kGqa + eh] * kLog2eF;
   const float cluster_sink_scaled =
       kClusterSplits > 0
-          ? p.sinks[kvh * kGqa + cluster_merge_head<kWarps, kClusterSplits>(tid)] * kLog2e
+          ? p.sinks[kvh * kGqa + cluster_merge_head<kWarps, kClusterSplits>(tid)] * kLog2eF
           : 0.f;
 
   // ---- sequence extent ---------------------------------------------------

@@ -59,8 +59,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int b = pair / p.num_kv_heads, kvh = pair % p.num_kv_heads;
   uint16_t* out_kv_head = p.out + b * p.out_stride_b + (kvh * kGqa) * p.out_stride_h;
   // Sinks are weights, never written by the previous kernel: read them first.
-  const float sink0 = p.sinks[kvh * kGqa + 2 * t] * kLog2e;
-  const float sink1 = p.sinks[kvh * kGqa + 2 * t + 1] * kLog2e;
+  const float sink0 = p.sinks[kvh * kGqa + 2 * t] * kLog2eF;
+  const float sink1 = p.sinks[kvh * kGqa + 2 * t + 1] * kLog2eF;
 
   // ---- sequence extent (read before griddepcontrol.wait, see kernel.cuh) ----
   const int seq_len = min(max(p.seq_lens[b], 0), p.max_blocks * kPageTokens);

@@ -14,6 +14,11 @@ constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V], bf16
 constexpr int kRowBytes = kRowElems * 2;           // 512
 constexpr int kPageBytes = kPageTokens * kRowBytes;  // 8 KB, one bulk copy
 
+// Softmax in base 2: exp(x) = 2^(x log2(e)); the scale is folded in double, the
+// sinks in float (both backends alike).
+constexpr double kLog2e = 1.4426950408889634;
+constexpr float kLog2eF = static_cast<float>(kLog2e);
+
 static_assert(kPageBytes == 8192, "a page is 16 tokens x [K | V] of 128 bf16 each");
 
 struct DecodeParams {

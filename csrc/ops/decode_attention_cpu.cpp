@@ -22,10 +22,6 @@
 namespace flint {
 namespace {
 
-// The fp32 constant the kernel multiplies the sink logit by (the softmax scale
-// has log2(e) folded in on the host, params_from_tensors).
-constexpr float kLog2eF = 1.4426950408889634f;
-
 float bf16_to_float(uint16_t bits) {
   return static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()));
 }

@@ -29,7 +29,7 @@ DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache
   p.max_blocks = static_cast<int>(block_tables.size(1));
   p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
   // Both backends use exactly this float: scale * log2(e) rounded once.
-  p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+  p.scale_log2 = static_cast<float>(scale * kLog2e);
   return p;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 #include "decode_attention/params.h"
@@ -106,10 +107,34 @@ void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache
                 "device; q is on ", device, " but ", name, " is on ", t->device());
   }
 
+  // Every output element is written by one thread, and the inputs are read
+  // while outputs are written: overlapping rows or aliasing would race.
+  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, "flint.decode_attention: "
+              "out must not have overlapping rows (e.g. an expanded tensor), got strides ",
+              out.strides());
+  const std::pair<const at::Tensor*, const char*> inputs[] = {
+      {&q, "q"}, {&kv_cache, "kv_cache"}, {&block_tables, "block_tables"},
+      {&seq_lens, "seq_lens"}, {&sinks, "sinks"}};
+  for (const auto& [t, name] : inputs) {
+    const at::MemOverlapStatus overlap = at::get_overlap_status(out, *t);
+    TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial,
+                "flint.decode_attention: out must not share memory with ", name);
+  }
+
+  // The kernels index with int32 (DecodeParams).
+  TORCH_CHECK(batch * num_kv_heads <= INT32_MAX, "flint.decode_attention: batch x num_kv_heads "
+              "must be <= 2^31 - 1, got ", batch, " x ", num_kv_heads);
+  TORCH_CHECK(block_tables.size(1) <= INT32_MAX / kPageTokens && kv_cache.size(0) <= INT32_MAX,
+              "flint.decode_attention: 16 * max_blocks and num_blocks must fit int32, got "
+              "block_tables ", block_tables.sizes(), " and kv_cache ", kv_cache.sizes());
+
   TORCH_CHECK(!window.has_value() || *window >= 1, "flint.decode_attention: window must be None "
               "or >= 1, got ", window.value_or(0));
-  TORCH_CHECK(std::isfinite(scale) && scale > 0.0, "flint.decode_attention: scale must be "
-              "finite and > 0, got ", scale);
+  // The kernels use scale * log2(e) as a float32.
+  TORCH_CHECK(std::isfinite(scale) && scale > 0.0 &&
+                  std::isfinite(static_cast<float>(scale * kLog2e)),
+              "flint.decode_attention: scale must be finite and > 0 (and scale * log2(e) "
+              "finite in float32), got ", scale);
 }
 
 }  // namespace flint
