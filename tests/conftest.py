@@ -20,6 +20,7 @@ from flint_attention.reference import (
     PagedInputs,
     Tolerance,
     error_report,
+    make_paged_inputs,
     reference_decode_attention,
 )
 
@@ -151,6 +152,20 @@ LAYOUTS = {
     "strided": dict(strided_cache=True, strided_io=True),
     "shared_strided": dict(shared_pages=True, strided_cache=True),
 }
+
+
+# Tensor-tuple form for the kernel tests that call torch.ops directly.
+def cuda_inputs(seq_lens, num_kv_heads: int, window: int | None):
+    """Random paged inputs on the GPU as (q, kv_cache, block_tables, seq_lens,
+    sinks, out): NaN/Inf in every unattended cache slot, shuffled block ids,
+    out prefilled with NaN (flint_attention.reference.make_paged_inputs)."""
+    inp = make_paged_inputs(len(seq_lens), seq_lens, num_kv_heads, window, "cuda")
+    return inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, inp.out
+
+
+def check_vs_f64(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """Against the float64 reference with the documented bf16 bound (BF16_VS_F64)."""
+    assert_close(out, ref, BF16_VS_F64)
 
 
 def layout_grid(batches, kv_heads, windows):

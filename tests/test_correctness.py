@@ -73,8 +73,11 @@ def test_window_beyond_seq_len_is_full_attention(device):
             assert torch.equal(out, first), f"window {window} vs 300"
 
 
-def test_unattended_table_entries_are_never_read(device):
-    # Entries for pages before the window or past seq_len may hold anything.
+def test_unattended_table_entries_may_hold_anything(device):
+    # Entries for pages before the window or past seq_len may hold anything:
+    # the CPU path (which rejects invalid ids in attended pages) does not check
+    # them, and neither path's output changes. (The GPU clamps every id it
+    # reads, so there this shows the output, not that they are never read.)
     window = 40
     inp = make_paged_inputs(3, [0, 100, 33], 2, window, device)
     expected = run_op(inp, window).clone()

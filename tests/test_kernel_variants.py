@@ -8,9 +8,11 @@ right answers. Needs a Hopper GPU; skips elsewhere.
 
 import pytest
 import torch
-from conftest import assert_close, needs_hopper
+from conftest import cuda_inputs as make_inputs
+from conftest import check_vs_f64 as check
+from conftest import needs_hopper
 
-from flint_attention.reference import BF16_VS_F64, make_paged_inputs, reference_decode_attention
+from flint_attention.reference import reference_decode_attention as reference
 
 pytestmark = needs_hopper
 
@@ -40,21 +42,6 @@ CONFIGS = [
     "0,8,2,1,0",
     "0,8,3,1,0",
 ]
-
-
-def make_inputs(seq_lens, num_kv_heads, window):
-    """Random paged inputs on the GPU: NaN/Inf in every unattended cache slot,
-    shuffled block ids, out prefilled with NaN (flint_attention.reference)."""
-    inp = make_paged_inputs(len(seq_lens), seq_lens, num_kv_heads, window, "cuda")
-    return inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, inp.out
-
-
-reference = reference_decode_attention
-
-
-def check(out, ref):
-    """Against float64 with the documented bf16 bound (BF16_VS_F64)."""
-    assert_close(out, ref, BF16_VS_F64)
 
 
 @pytest.mark.parametrize("window", [None, 1, 37, 128, 5000])

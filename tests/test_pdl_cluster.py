@@ -7,22 +7,20 @@
   decode kernel launched right behind it must see the new values every time,
   eagerly and inside a CUDA graph. A kernel that read q or the current page
   before griddepcontrol.wait shows a moving error here.
-- griddepcontrol really is in the compiled kernels (SASS: ACQBULK = wait,
-  PREEXIT = launch_dependents), never compiled away behind a macro.
-"""
 
-import glob
-import os
-import re
-import shutil
-import subprocess
+That griddepcontrol really is in the compiled kernels is checked without a GPU
+(tests/test_packaging.py).
+"""
 
 import pytest
 import torch
 
 import flint_attention
 from conftest import needs_hopper
-from test_kernel_variants import check, make_inputs, reference
+from conftest import check_vs_f64 as check
+from conftest import cuda_inputs as make_inputs
+
+from flint_attention.reference import reference_decode_attention as reference
 
 pytestmark = needs_hopper
 SCALE = 128**-0.5
@@ -49,9 +47,12 @@ def test_cluster_merge_matches_global_merge(launch_config, batch, window):
         check(out, ref)
         results[cfg] = out.clone()
     for cluster, global_merge in pairs:
-        # Same CTA partials, merged in another order: at most a bf16 rounding apart.
-        diff = (results[cluster].float() - results[global_merge].float()).abs()
-        assert diff.max() <= 2**-7, f"{cluster} vs {global_merge} differ by {diff.max():.3e}"
+        # The same pages merged along other paths (the last-CTA merge may
+        # activate fewer splits): a bf16 rounding or two apart.
+        a, b = results[cluster].float(), results[global_merge].float()
+        bound = 2**-7 * torch.maximum(torch.ones_like(a), a.abs())
+        worst = ((a - b).abs() / bound).max()
+        assert worst <= 1, f"{cluster} vs {global_merge} differ by {worst:.2f} x the bound"
 
 
 def _chain_inputs(batch, num_kv_heads, window):
@@ -117,21 +118,3 @@ def test_pdl_chain_in_cuda_graph(window):
         graph.replay()
         torch.cuda.synchronize()
         check(out, reference(q, kv, bt, sl, sinks, window, SCALE))
-
-
-def test_griddepcontrol_in_sass():
-    cuobjdump = shutil.which("cuobjdump")
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found")
-    so = glob.glob(os.path.join(os.path.dirname(flint_attention.__file__), "_C*.so"))[0]
-    sass = subprocess.run([cuobjdump, "--dump-sass", so], capture_output=True, text=True,
-                          check=True).stdout
-    kernels = re.split(r"\n\s*Function : ", sass)[1:]
-    decode = [k for k in kernels if re.match(r"_ZN5flint\d+decode_attention(_warp_per_head)?_kernel", k)]
-    assert len(decode) >= 20, f"found {len(decode)} decode kernels"
-    for k in decode:
-        name = k.split("\n", 1)[0]
-        assert "ACQBULK" in k, f"no griddepcontrol.wait in {name}"
-        assert "PREEXIT" in k, f"no griddepcontrol.launch_dependents in {name}"
-        assert "UBLKCP" in k and "HMMA" in k, f"no bulk copy / mma in {name}"
-        assert not re.search(r"\b(LDL|STL)\b", k), f"local memory in {name}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import needs_hopper
-from test_kernel_variants import make_inputs
+from conftest import cuda_inputs as make_inputs
 
 pytestmark = needs_hopper
 STAMPS = 7

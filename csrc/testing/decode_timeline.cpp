@@ -20,12 +20,6 @@ void decode_attention_timeline(const at::Tensor& q, const at::Tensor& kv_cache,
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(flint_testing, m) {
-  m.def("decode_attention_timeline(Tensor q, Tensor kv_cache, Tensor block_tables, "
-        "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out, "
-        "Tensor(b!) timeline) -> ()");
-}
-
 TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) {
   m.impl("decode_attention_timeline", &decode_attention_timeline);
 }

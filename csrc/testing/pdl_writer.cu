@@ -54,11 +54,6 @@ void pdl_token_writer(const at::Tensor& src_q, const at::Tensor& q, const at::Te
 
 }  // namespace
 
-TORCH_LIBRARY(flint_testing, m) {
-  m.def("pdl_token_writer(Tensor src_q, Tensor(a!) q, Tensor src_kv, Tensor(b!) kv_cache, "
-        "Tensor block, Tensor row, int delay_ns) -> ()");
-}
-
 TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) { m.impl("pdl_token_writer", &pdl_token_writer); }
 
 }  // namespace flint
