@@ -59,6 +59,20 @@ def test_fake_rejects_wrong_shapes():
             flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.1, bad_out)
 
 
+def test_fake_rejects_wrong_dtypes_and_devices():
+    inp = make_paged_inputs(2, [5, 6], 1, None, "cpu")
+    long_lens = inp.seq_lens.long()
+    with FakeTensorMode() as mode:
+        q, kv_cache, block_tables, seq_lens, sinks, out = (mode.from_tensor(t) for t in inp[:6])
+        with pytest.raises(RuntimeError, match="seq_lens must be torch.int32, got torch.int64"):
+            flint_decode_attention(q, kv_cache, block_tables, mode.from_tensor(long_lens), sinks,
+                                   None, 0.1, out)
+        meta_q = torch.empty(2, 8, 128, dtype=torch.bfloat16, device="meta")
+        with pytest.raises(RuntimeError, match="all tensors must be on one device"):
+            flint_decode_attention(mode.from_tensor(meta_q), kv_cache, block_tables, seq_lens,
+                                   sinks, None, 0.1, out)
+
+
 def test_torch_compile_fullgraph(device):
     inp = make_paged_inputs(3, [9, 0, 70], 2, 32, device)
 

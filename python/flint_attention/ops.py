@@ -49,7 +49,10 @@ def flint_decode_attention(
         seq_lens: [B] int32 KV lengths including the current token (0 writes
             zeros). On the GPU, ``0 <= seq_lens[b] <= 16 * max_blocks`` and the
             block ids used are a contract, not checked (checking would need a
-            sync); the CPU path checks them and raises.
+            sync); the CPU path checks them and raises. With programmatic
+            dependent launch the kernel reads seq_lens, block_tables and sinks
+            before the previous kernel on the stream has finished: that kernel
+            must not write them (see the README; ``FLINT_PDL=0`` turns it off).
         sinks: [num_heads] fp32 sink logits.
         window: attend to the last ``window`` positions (>= 1), or None for all.
         scale: softmax scale, finite and > 0 (usually 128 ** -0.5).
@@ -64,7 +67,14 @@ def flint_decode_attention(
 
 @torch.library.register_fake("flint::decode_attention")
 def _decode_attention_fake(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out):
-    # Shape-level checks only (no data): the real kernels check everything.
+    # Metadata checks only (no data): the real kernels check everything.
+    expected = dict(q=torch.bfloat16, kv_cache=torch.bfloat16, block_tables=torch.int32,
+                    seq_lens=torch.int32, sinks=torch.float32, out=torch.bfloat16)
+    tensors = dict(q=q, kv_cache=kv_cache, block_tables=block_tables, seq_lens=seq_lens,
+                   sinks=sinks, out=out)
+    for name, t in tensors.items():
+        torch._check(t.dtype == expected[name], lambda: f"{name} must be {expected[name]}, got {t.dtype}")
+        torch._check(t.device == q.device, lambda: f"all tensors must be on one device; q is on {q.device} but {name} is on {t.device}")
     torch._check(q.dim() == 3 and q.shape[-1] == HEAD_DIM, lambda: f"q must be [B, H, 128], got {tuple(q.shape)}")
     torch._check(out.shape == q.shape, lambda: f"out must have the shape of q {tuple(q.shape)}, got {tuple(out.shape)}")
     torch._check(
