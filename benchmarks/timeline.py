@@ -15,7 +15,9 @@ medians over the calls after the first few:
   returned -> pages streamed -> CTA merged -> arrived -> exit), over the CTAs
   that reached it.
 
-"End of call" is the last stamp any CTA of that call wrote (its exit). The
+"End of call" is the last stamp any CTA of that call wrote (its exit; in the
+warp-per-head kernel thread 0 stamps for warp 0's pair only, so on rows with
+uneven lengths the end can come out early). The
 timeline variants exist for the launch configs the heuristic picks on the
 benchmark's short rows (8 warps x 2 stages, 4 x 3, cluster of 8 x 4 warps x 2
 stages, one warp per pair with 4 or 8 warps x 2 stages); others are an error.
@@ -86,8 +88,11 @@ def run_row(row: grid.Row, cfg: tuple, n_calls: int, skip: int, sm_ghz: float) -
 def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
               sm_ghz: float) -> dict:
     """t: [calls, ctas, stamps, (ns, clock)] int64, 0 where a CTA never got there."""
-    ns, clk = t[..., 0].astype(np.float64), t[..., 1].astype(np.float64)
     written = t[..., 0] != 0
+    # %globaltimer counts ns since 1970 (~1.7e18): float64 steps by 256 there,
+    # so subtract the earliest stamp in int64 first (clocks likewise).
+    ns = np.where(written, t[..., 0] - t[..., 0][written].min(), 0).astype(np.float64)
+    clk = np.where(written, t[..., 1] - t[..., 1][written].min(), 0).astype(np.float64)
     n_calls = t.shape[0]
 
     def med(xs) -> float:

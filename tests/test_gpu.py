@@ -134,13 +134,13 @@ def test_default_stream_then_side_stream():
     # synchronize with it: a call there followed by one on a side stream (and
     # back) must still be ordered by the op, or the two share the arrival
     # counters while both run. Long multi-split calls first, many rounds.
-    big = [make_paged_inputs(1, [65536], 8, None, "cuda") for _ in range(2)]
+    big = [make_paged_inputs(1, [32768], 8, None, "cuda") for _ in range(2)]
     small = [make_paged_inputs(4, [5000, 17, 8192, 1], 8, None, "cuda") for _ in range(2)]
     side = torch.cuda.Stream()
     torch.cuda.synchronize()
     default = torch.cuda.default_stream()
     outs = []
-    for round_ in range(20):
+    for round_ in range(8):
         first, second = (default, side) if round_ % 2 == 0 else (side, default)
         for stream, inp in ((first, big[round_ % 2]), (second, small[round_ % 2])):
             with torch.cuda.stream(stream):

@@ -99,3 +99,6 @@ def test_unsupported_config_is_an_error(launch_config):
     launch_config("2,4")
     with pytest.raises(RuntimeError, match="FLINT_LAUNCH_CONFIG"):
         torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.1, out)
+    launch_config("0,4,2,1,1")  # warp-per-head has no cluster
+    with pytest.raises(RuntimeError, match="a cluster merge needs num_splits > 0"):
+        torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.1, out)

@@ -37,9 +37,10 @@ def _sync_all() -> None:
 
 @pytest.mark.parametrize("window", [None, 128])
 def test_alternating_devices_share_nothing(window):
-    # Batch 1 and 4 use several splits and the last-CTA merge, so each call
-    # leans on its device's counters; the current device stays cuda:0 while
-    # half the calls run on cuda:1 tensors.
+    # With full attention, batch 1 and 4 use several splits and the last-CTA
+    # merge, so each call leans on its device's counters (with window 128 the
+    # cluster merge and single splits: no counters); the current device stays
+    # cuda:0 while half the calls run on cuda:1 tensors.
     configs = [(1, [9000]), (4, [5000, 17, 0, 3000]), (1, [300])]
     inputs = []
     for step in range(6):

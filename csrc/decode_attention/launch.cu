@@ -81,6 +81,9 @@ cudaError_t prepare_kernel(const Variant& v, int device) {
 }  // namespace
 
 std::string check_launch_config(const LaunchConfig& cfg, bool timeline) {
+  if (cfg.cluster && cfg.num_splits <= 0)
+    return "a cluster merge needs num_splits > 0 (the cluster's size), got " +
+           std::to_string(cfg.num_splits);
   const Variant* v = find_variant(cfg, timeline);
   if (v == nullptr) {
     std::string have;

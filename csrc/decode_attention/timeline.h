@@ -1,6 +1,7 @@
 // The phases the diagnostic timeline stamps (decode_attention/timeline.cuh),
 // in the order a CTA reaches them. Host-visible: the test op sizes its buffer
-// from kNumStamps.
+// from kNumStamps. Stamps a CTA never reaches (it left early) are not
+// written: the caller zeroes the buffer first.
 #pragma once
 
 namespace flint {

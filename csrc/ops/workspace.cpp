@@ -38,12 +38,15 @@ unsigned long long capture_id_of(cudaStream_t stream) {
   return status == cudaStreamCaptureStatusActive ? id : 0;
 }
 
-// Makes `stream` wait for the last use if that was on another stream of the
-// same capture (capture_id 0: none). A stream of a capture that has since been
-// joined back is no longer capturing: there is nothing left to order on.
+// Makes `stream` wait for the last use if that was on another stream, in the
+// same capture (capture_id 0: eager). The event is recorded on the last use's
+// stream now, which orders everything queued there so far; skipped when that
+// stream is no longer in the same capture state (an eager stream that has
+// begun a capture since, or a capture that has ended): recording there would
+// join the wrong graph, or order nothing.
 void order_after(LastUse& last, cudaStream_t stream, unsigned long long capture_id) {
   if (last.valid && last.stream != stream && last.capture_id == capture_id &&
-      (capture_id == 0 || capture_id_of(last.stream) == capture_id)) {
+      capture_id_of(last.stream) == capture_id) {
     C10_CUDA_CHECK(cudaEventRecord(last.done, last.stream));
     C10_CUDA_CHECK(cudaStreamWaitEvent(stream, last.done, 0));
   }
@@ -80,7 +83,8 @@ WorkspaceLease lease_workspace(const at::Device& device, cudaStream_t stream) {
   DeviceState& st = it->second;
   // NOTE: an eager stream cannot be waited on from inside a capture (and
   // would order nothing at replay), so captured launches are ordered only
-  // among the streams of their own capture.
+  // among the streams of their own capture, one capture at a time per device
+  // (a launch from another capture starts the tracking afresh).
   if (capturing)
     order_after(st.captured, stream, capture_id);
   else

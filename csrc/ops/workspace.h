@@ -30,8 +30,9 @@ struct WorkspaceLease {
 // Counters are zeroed only at allocation: launches sharing them must not
 // overlap, so a launch on another stream than the previous one first waits for
 // that stream: eagerly, and between streams of one CUDA-graph capture (the
-// wait becomes a graph edge). A graph's replay is ordered only on its replay
-// stream. Raises if the first call for a device happens inside a capture.
+// wait becomes a graph edge; one capture at a time per device). A graph's
+// replay is ordered only on its replay stream. Raises if the first call for a
+// device happens inside a capture.
 WorkspaceLease lease_workspace(const at::Device& device, cudaStream_t stream);
 
 }  // namespace flint
