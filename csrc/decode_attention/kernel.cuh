@@ -126,27 +126,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     ptx::cluster_arrive_relaxed();
   }
 
-  // ---- prefetch, then wait on the previous kernel --------------------------
-  // NOTE: only q, the workspace and the page holding the current token (whose
-  // K/V the previous kernel writes) depend on the previous kernel: every other
-  // leading page is in flight before griddepcontrol.wait.
-  const int current_page = (seq_len - 1) / kPageTokens;
-  issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
-  stamp<kTimeline>(p, kStampPrologue);
-  ptx::grid_dependency_wait();
-  stamp<kTimeline>(p, kStampWaited);
-  issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
-  uint32_t q[16];
-  load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
-
-  // ---- stream pages ---------------------------------------------------------
+  // ---- prefetch, wait on the previous kernel, stream pages -------------------
   WarpState st;
-  stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
-                        st);
-  // K/V streaming is done: a PDL-launched successor may start its prologue
-  // while this grid merges.
-  ptx::launch_dependents();
-  stamp<kTimeline>(p, kStampStreamed);
+  wait_then_stream_pages<kStages, kTimeline>(p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len,
+                                             g, t, lane, st);
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
   __syncthreads();  // every warp is done with its ring

@@ -88,22 +88,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
   init_ring_barriers<kStages>(pages.bars, lane);
 
-  // ---- prefetch all but the current token's page, then wait -----------------
-  const int current_page = (seq_len - 1) / kPageTokens;
-  issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
-  stamp<kTimeline>(p, kStampPrologue);
-  ptx::grid_dependency_wait();
-  stamp<kTimeline>(p, kStampWaited);
-  issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
-  uint32_t q[16];
-  load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
-
-  // ---- stream pages ---------------------------------------------------------
+  // ---- prefetch, wait on the previous kernel, stream pages -------------------
   WarpState st;
-  stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
-                        st);
-  ptx::launch_dependents();
-  stamp<kTimeline>(p, kStampStreamed);
+  wait_then_stream_pages<kStages, kTimeline>(p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len,
+                                             g, t, lane, st);
 
   // ---- normalize with the sink term and store --------------------------------
   const float inv0 = 1.f / (st.l[0] + ptx::ex2(sink0 - st.m[0] * p.scale_log2));

@@ -8,7 +8,9 @@
 
 #include "decode_attention/common.cuh"
 #include "decode_attention/params.h"
+#include "decode_attention/timeline.cuh"
 #include "ptx/bulk_copy.cuh"
+#include "ptx/griddepcontrol.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/memory.cuh"
 #include "ptx/mma.cuh"
@@ -241,6 +243,31 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
     st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
     st.l[1] += __shfl_xor_sync(kFullMask, st.l[1], off);
   }
+}
+
+// A warp's part of the call in the order PDL allows, the same in every kernel:
+// the leading pages that do not depend on the previous kernel, then
+// griddepcontrol.wait, then what the previous kernel writes (the page holding
+// the current token, q), all pages streamed, and launch_dependents so that a
+// PDL-launched successor may start its prologue while this grid finishes.
+// (seq_lens, block tables and sinks are read before this: see kernel.cuh.)
+template <int kStages, bool kTimeline>
+__device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, const WarpPages& pages,
+                                                       int bt_cur, int bt_next, int b, int kvh,
+                                                       int start_tok, int seq_len, int g, int t,
+                                                       int lane, WarpState& st) {
+  const int current_page = (seq_len - 1) / kPageTokens;
+  issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
+  stamp<kTimeline>(p, kStampPrologue);
+  ptx::grid_dependency_wait();
+  stamp<kTimeline>(p, kStampWaited);
+  issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
+  uint32_t q[16];
+  load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
+  stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
+                        st);
+  ptx::launch_dependents();
+  stamp<kTimeline>(p, kStampStreamed);
 }
 
 }  // namespace flint::detail

@@ -89,12 +89,13 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
   if (timeline != nullptr) {
-    const int64_t need = num_ctas(p, cfg) * kNumStamps * 2;
+    const int64_t ctas = num_ctas(p, cfg);
+    const int64_t need = ctas * kNumStamps * 2;
     TORCH_CHECK(timeline->is_cuda() && timeline->device() == q.device() &&
                     timeline->scalar_type() == at::kLong && timeline->is_contiguous() &&
                     timeline->numel() >= need,
                 "decode_attention_timeline: timeline must be a contiguous int64 tensor on ",
-                q.device(), " with at least ", need, " elements (", num_ctas(p, cfg),
+                q.device(), " with at least ", need, " elements (", ctas,
                 " CTAs x ", static_cast<int>(kNumStamps), " stamps x 2)");
     p.timeline = reinterpret_cast<uint64_t*>(timeline->data_ptr<int64_t>());
   }
