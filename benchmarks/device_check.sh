@@ -4,8 +4,10 @@
 #   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [timeline] [demo]
 # (no argument: everything). Extra pytest arguments via PYTEST_ARGS (the tests
 # run on PYTEST_WORKERS pytest-xdist workers, default 8, where xdist exists),
-# benchmark arguments via BENCH_ARGS. tests/test_multi_device.py runs only where
-# two GPUs are visible (the nvidia-h200-x2 kind without CUDA_VISIBLE_DEVICES).
+# benchmark arguments via BENCH_ARGS, the test paths via TEST_PATHS (default
+# tests), a prefix for the log/summary names via RUN_TAG (two test runs side
+# by side on two GPUs). tests/test_multi_device.py runs only where two GPUs
+# are visible (the nvidia-h200-x2 kind without CUDA_VISIBLE_DEVICES).
 # The device tool returns at most 8 files from $OUT, so each finished step's
 # logs are appended to $OUT/logs-<steps>.tar and the summary goes to
 # $OUT/summary-<steps>.txt; two invocations with different steps may run side
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_out}
 mkdir -p "$OUT"
 steps=${*:-build tests sanitize sass bench demo}
-tag=${steps// /_}
+tag=${RUN_TAG:-}${steps// /_}
 summary_file="$OUT/summary-$tag.txt"
 : >"$summary_file"
 note() { echo "$1" >>"$summary_file"; echo "== $1"; }
@@ -53,13 +55,13 @@ for step in $steps; do
       ;;
     tests)
       # The CPU-only torch.compile test takes a minute here and runs in CI anyway.
-      rm -f "$OUT/errors.jsonl"
-      FLINT_ERROR_LOG="$OUT/errors.jsonl" python3 -m pytest -q -p no:cacheprovider --durations=10 $workers \
+      rm -f "$OUT/${RUN_TAG:-}errors.jsonl"
+      FLINT_ERROR_LOG="$OUT/${RUN_TAG:-}errors.jsonl" python3 -m pytest -q -p no:cacheprovider --durations=10 $workers \
         --deselect "tests/test_registration.py::test_torch_compile_fullgraph[cpu]" \
-        tests ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
-      [ -s "$OUT/errors.jsonl" ] && python3 benchmarks/error_summary.py "$OUT/errors.jsonl" | tee "$OUT/errors.md"
-      note "tests: $(tail -1 "$OUT/tests.log") ($(( $(date +%s) - t0 )) s)"
-      pack tests.log errors.jsonl
+        ${TEST_PATHS:-tests} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/${RUN_TAG:-}tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
+      [ -s "$OUT/${RUN_TAG:-}errors.jsonl" ] && python3 benchmarks/error_summary.py "$OUT/${RUN_TAG:-}errors.jsonl" | tee "$OUT/${RUN_TAG:-}errors.md"
+      note "tests: $(tail -1 "$OUT/${RUN_TAG:-}tests.log") ($(( $(date +%s) - t0 )) s)"
+      pack ${RUN_TAG:-}tests.log ${RUN_TAG:-}errors.jsonl
       ;;
     variants)
       python3 -m pytest -q -p no:cacheprovider $workers tests/test_kernel_variants.py ${PYTEST_ARGS:-} 2>&1 |
