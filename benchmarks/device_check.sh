@@ -112,10 +112,10 @@ for step in $steps; do
     timeline)
       # Per-CTA phase stamps in chains of calls (benchmarks/timeline.py); rows
       # and config via TIMELINE_ARGS.
-      python3 benchmarks/timeline.py --json "$OUT/timeline.json" ${TIMELINE_ARGS:-} 2>&1 |
+      python3 benchmarks/timeline.py --json "$OUT/timeline.json" --raw "$OUT/timeline_raw.npz" ${TIMELINE_ARGS:-} 2>&1 |
         tee "$OUT/timeline.log" | tail -20
       note "timeline rc=$? ($(( $(date +%s) - t0 )) s)"
-      pack timeline.log timeline.json
+      pack timeline.log timeline.json timeline_raw.npz
       ;;
     demo)
       python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15

@@ -82,7 +82,7 @@ def run_row(row: grid.Row, cfg: tuple, n_calls: int, skip: int, sm_ghz: float) -
     graph.replay()
     torch.cuda.synchronize()
     t = timeline.cpu().numpy()
-    return summarize(row, cfg, t, n_sets, skip, sm_ghz)
+    return summarize(row, cfg, t, n_sets, skip, sm_ghz), t
 
 
 def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
@@ -117,12 +117,28 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
             start = np.where(w[..., j], c[..., j], start)
         ok = w[..., k] & ~np.isnan(start)
         phases[f"to {STAMPS[k]}"] = med((c[..., k] - start)[ok] / sm_ghz / 1e3)
+    # The chain of one call, from the previous call's end: the last CTA past
+    # the wait, done streaming, merged, arrived, and the end; plus the final
+    # merge of the CTA that ended the call (its arrived -> exit).
+    chain = {}
+    for k, name in ((2, "last waited"), (3, "last streamed"), (4, "last merged"),
+                    (5, "last arrived")):
+        xs = [ns[i, written[i, :, k], k].max() - ends[i - 1] for i in calls
+              if written[i, :, k].any()]
+        chain[name] = med(xs) / 1e3
+    chain["end"] = med(period) / 1e3
+    last_merge = []
+    for i in calls:
+        cta = int(np.argmax(np.where(written[i, :, 6], ns[i, :, 6], -np.inf)))
+        if written[i, cta, 5]:
+            last_merge.append(ns[i, cta, 6] - ns[i, cta, 5])
+    chain["final merge"] = med(last_merge) / 1e3
     steps = np.diff(np.sort(np.unique(ns[written])))
     return {
         "row": row.name, "config": grid.format_config(cfg), "ctas": int(t.shape[1]),
         "calls": n_calls, "sets": n_sets, "period_us": med(period) / 1e3,
         "first_entry_us": med(first_entry) / 1e3, "wait_released_us": med(released) / 1e3,
-        "cta_phase_us": phases,
+        "cta_phase_us": phases, "chain_us": chain,
         "ctas_reaching": {s: int(w[..., k].sum()) for k, s in enumerate(STAMPS)},
         "globaltimer_step_ns": float(steps[steps > 0].min()) if (steps > 0).any() else None,
     }
@@ -138,22 +154,28 @@ def main() -> None:
     p.add_argument("--skip", type=int, default=8, help="leading calls left out of the medians")
     p.add_argument("--sm-ghz", type=float, default=1.98, help="SM clock for cycles -> ns")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--raw", help="also write every row's stamps here (.npz, [calls, ctas, stamps, ns|clock])")
     args = p.parse_args()
     G.import_flint()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    results = []
+    results, raw = [], {}
     for row in grid.select_rows(args.rows, False):
         cfg = grid.parse_config(args.config) if args.config else grid.launch_config(
             row.batch, row.kv_heads, row.window is not None, sms)
-        r = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
+        r, raw[row.name] = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
         results.append(r)
         phases = ", ".join(f"{k} {v:.2f}" for k, v in r["cta_phase_us"].items())
         print(f"{r['row']} [{r['config']}, {r['ctas']} CTAs]: period {r['period_us']:.2f} µs, "
               f"first entry {r['first_entry_us']:+.2f}, wait released {r['wait_released_us']:+.2f} "
               f"(vs previous call's end); per CTA (µs): {phases}; CTAs reaching: "
               f"{r['ctas_reaching']}; globaltimer step {r['globaltimer_step_ns']} ns", flush=True)
+        chain = ", ".join(f"{k} {v:+.2f}" for k, v in r["chain_us"].items())
+        print(f"  chain (µs after the previous call's end): released {r['wait_released_us']:+.2f}, "
+              f"{chain}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.raw:
+        np.savez_compressed(args.raw, **raw)
 
 
 if __name__ == "__main__":
