@@ -73,8 +73,8 @@ for step in $steps; do
       # Every kernel path one launch each (sanitize_cases.py), then the tests
       # marked sanitizer_subset (SANITIZE_SUBSET=0: not); racecheck of the
       # subset took > 5 minutes on 2026-11-29, so it runs only with
-      # RACECHECK_SUBSET=1.
-      for tool in memcheck synccheck racecheck; do
+      # RACECHECK_SUBSET=1. SANITIZE_TOOLS picks the tools (default all three).
+      for tool in ${SANITIZE_TOOLS:-memcheck synccheck racecheck}; do
         subset=${SANITIZE_SUBSET:-1}
         [ $tool = racecheck ] && subset=${RACECHECK_SUBSET:-0}
         { compute-sanitizer --tool $tool --error-exitcode 9 python3 benchmarks/sanitize_cases.py &&
