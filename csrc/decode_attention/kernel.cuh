@@ -30,15 +30,25 @@ namespace flint {
 
 namespace detail {
 
-// Writes a warp's (O, m, l) to its merge buffer: O as [head][dim] fp32, then
-// m[8], l[8]. Fragment o[4j + e] is head 2t + (e & 1), dim d0 + (e >> 1).
+// Column of dim d of head h in a warp's merge buffer. Lane (g, t) writes
+// heads 2t, 2t+1 at dims 8g + 2w (+64): unswizzled, the four t of one g hit
+// the same banks (rows are 128 floats apart), a 4-way conflict on every
+// store. XOR with (h & 6) = 2t spreads them over the 32 banks; it keeps
+// float2 pairs and, within a float4, at most swaps its halves (see
+// read_warp_o).
+__device__ __forceinline__ int warp_buf_col(int h, int d) { return d ^ (h & 6); }
+
+// Writes a warp's (O, m, l) to its merge buffer: O as [head][dim] fp32 (dims
+// swizzled, warp_buf_col), then m[8], l[8]. Fragment o[4j + e] is head
+// 2t + (e & 1), dim d0 + (e >> 1).
 template <class Plan>
 __device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st, int g, int t) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int d0 = 64 * (j / 4) + 8 * g + 2 * (j % 4);
-    *reinterpret_cast<float2*>(&buf[(2 * t) * kHeadDim + d0]) = make_float2(st.o[4 * j], st.o[4 * j + 2]);
-    *reinterpret_cast<float2*>(&buf[(2 * t + 1) * kHeadDim + d0]) =
+    *reinterpret_cast<float2*>(&buf[(2 * t) * kHeadDim + warp_buf_col(2 * t, d0)]) =
+        make_float2(st.o[4 * j], st.o[4 * j + 2]);
+    *reinterpret_cast<float2*>(&buf[(2 * t + 1) * kHeadDim + warp_buf_col(2 * t + 1, d0)]) =
         make_float2(st.o[4 * j + 1], st.o[4 * j + 3]);
   }
   if (g == 0) {
@@ -47,6 +57,13 @@ __device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st
     buf[Plan::kWarpL + 2 * t] = st.l[0];
     buf[Plan::kWarpL + 2 * t + 1] = st.l[1];
   }
+}
+
+// Dims d .. d+3 (d % 4 == 0) of head h from a warp's merge buffer: one float4
+// at the swizzled column, halves swapped back when (h & 2).
+__device__ __forceinline__ float4 read_warp_o(const float* buf, int h, int d) {
+  const float4 x = *reinterpret_cast<const float4*>(&buf[h * kHeadDim + (d ^ (h & 4))]);
+  return (h & 2) ? make_float4(x.z, x.w, x.x, x.y) : x;
 }
 
 }  // namespace detail
@@ -151,7 +168,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     l_cta += corr * buf[Plan::kWarpL + eh];
 #pragma unroll
     for (int e = 0; e < E; e += 4) {
-      const float4 x = *reinterpret_cast<const float4*>(&buf[eh * kHeadDim + ed + e]);
+      const float4 x = read_warp_o(buf, eh, ed + e);
       o[e] += corr * x.x;
       o[e + 1] += corr * x.y;
       o[e + 2] += corr * x.z;

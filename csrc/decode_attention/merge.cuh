@@ -29,10 +29,14 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
   auto load_chunk = [&](int s0) {
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
-      const int s = min(s0 + c, num_splits - 1);
+      // Splits past the last weigh 0: no load (L2 -> SM bytes are this
+      // merge's cost), zeros.
+      const int s = s0 + c;
 #pragma unroll
       for (int i = 0; i < E / 4; ++i)
-        v[c][i] = ptx::ld_global_cg_f32x4(po + int64_t(s) * (kGqa * kHeadDim) + 4 * i);
+        v[c][i] = s < num_splits
+                      ? ptx::ld_global_cg_f32x4(po + int64_t(s) * (kGqa * kHeadDim) + 4 * i)
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
   // NOTE: the first round of partial O is loaded before the (m, l) phase, so
