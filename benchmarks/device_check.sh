@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device-machine call: build, GPU tests, sanitizers, benchmark. A short
 # summary is printed last.
-#   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [timeline] [demo]
+#   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [timeline] [ncu] [demo]
 # (no argument: everything). Extra pytest arguments via PYTEST_ARGS (the tests
 # run on PYTEST_WORKERS pytest-xdist workers, default 8, where xdist exists),
 # benchmark arguments via BENCH_ARGS, the test paths via TEST_PATHS (default
@@ -116,6 +116,22 @@ for step in $steps; do
         tee "$OUT/timeline.log" | tail -20
       note "timeline rc=$? ($(( $(date +%s) - t0 )) s)"
       pack timeline.log timeline.json timeline_raw.npz
+      ;;
+    ncu)
+      # One profiled launch per row (NCU_ROWS), after 20 warm-up calls:
+      # the report, its details page and the per-SASS-line source page (stall
+      # reasons per instruction) as text, since no ncu is at hand elsewhere.
+      for row in ${NCU_ROWS:-b1_l1k swa128_b64_l8k}; do
+        ncu --clock-control none --set full --import-source yes -k regex:decode_attention \
+          -s 20 -c 1 -f -o "$OUT/ncu_$row" python3 benchmarks/profile_row.py --row "$row" \
+          ${NCU_PROFILE_ARGS:-} >"$OUT/ncu_$row.log" 2>&1
+        note "ncu $row: rc=$?"
+        ncu -i "$OUT/ncu_$row.ncu-rep" --page details >"$OUT/ncu_${row}_details.txt" 2>&1
+        ncu -i "$OUT/ncu_$row.ncu-rep" --page source --csv --print-source sass \
+          >"$OUT/ncu_${row}_source.csv" 2>&1
+        gzip -f "$OUT/ncu_${row}_source.csv"
+        pack "ncu_$row.log" "ncu_$row.ncu-rep" "ncu_${row}_details.txt" "ncu_${row}_source.csv.gz"
+      done
       ;;
     demo)
       python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15
