@@ -55,13 +55,14 @@ for step in $steps; do
       ;;
     tests)
       # The CPU-only torch.compile test takes a minute here and runs in CI anyway.
-      rm -f "$OUT/${RUN_TAG:-}errors.jsonl"
-      FLINT_ERROR_LOG="$OUT/${RUN_TAG:-}errors.jsonl" python3 -m pytest -q -p no:cacheprovider --durations=10 $workers \
+      pre=${RUN_TAG:-}  # names this run's logs apart from a side-by-side one
+      rm -f "$OUT/${pre}errors.jsonl"
+      FLINT_ERROR_LOG="$OUT/${pre}errors.jsonl" python3 -m pytest -q -p no:cacheprovider --durations=10 $workers \
         --deselect "tests/test_registration.py::test_torch_compile_fullgraph[cpu]" \
-        ${TEST_PATHS:-tests} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/${RUN_TAG:-}tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
-      [ -s "$OUT/${RUN_TAG:-}errors.jsonl" ] && python3 benchmarks/error_summary.py "$OUT/${RUN_TAG:-}errors.jsonl" | tee "$OUT/${RUN_TAG:-}errors.md"
-      note "tests: $(tail -1 "$OUT/${RUN_TAG:-}tests.log") ($(( $(date +%s) - t0 )) s)"
-      pack ${RUN_TAG:-}tests.log ${RUN_TAG:-}errors.jsonl
+        ${TEST_PATHS:-tests} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/${pre}tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
+      [ -s "$OUT/${pre}errors.jsonl" ] && python3 benchmarks/error_summary.py "$OUT/${pre}errors.jsonl" | tee "$OUT/${pre}errors.md"
+      note "tests: $(tail -1 "$OUT/${pre}tests.log") ($(( $(date +%s) - t0 )) s)"
+      pack ${pre}tests.log ${pre}errors.jsonl
       ;;
     variants)
       python3 -m pytest -q -p no:cacheprovider $workers tests/test_kernel_variants.py ${PYTEST_ARGS:-} 2>&1 |

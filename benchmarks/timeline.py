@@ -102,10 +102,15 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
     ends = np.where(written, ns, -np.inf).max(axis=(1, 2))
     calls = range(max(skip, 1), n_calls)
     period = [ends[i] - ends[i - 1] for i in calls]
-    first_entry = [ns[i, written[i, :, 0], 0].min() - ends[i - 1] for i in calls
-                   if written[i, :, 0].any()]
-    released = [ns[i, written[i, :, 2], 2].min() - ends[i - 1] for i in calls
-                if written[i, :, 2].any()]
+
+    def after_previous_end(k: int, first: bool) -> list:
+        """Per call, the first (or last) CTA's stamp k after the previous call's end."""
+        pick = np.min if first else np.max
+        return [pick(ns[i, written[i, :, k], k]) - ends[i - 1] for i in calls
+                if written[i, :, k].any()]
+
+    first_entry = after_previous_end(0, first=True)
+    released = after_previous_end(2, first=True)
     # Per CTA, the phase ending at stamp k starts at the latest earlier stamp
     # that CTA wrote (a cluster CTA has no "arrived", a warp-per-head one no
     # "merged"); SM cycles, converted at sm_ghz.
@@ -120,12 +125,9 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
     # The chain of one call, from the previous call's end: the last CTA past
     # the wait, done streaming, merged, arrived, and the end; plus the final
     # merge of the CTA that ended the call (its arrived -> exit).
-    chain = {}
-    for k, name in ((2, "last waited"), (3, "last streamed"), (4, "last merged"),
-                    (5, "last arrived")):
-        xs = [ns[i, written[i, :, k], k].max() - ends[i - 1] for i in calls
-              if written[i, :, k].any()]
-        chain[name] = med(xs) / 1e3
+    chain = {name: med(after_previous_end(k, first=False)) / 1e3
+             for k, name in ((2, "last waited"), (3, "last streamed"), (4, "last merged"),
+                             (5, "last arrived"))}
     chain["end"] = med(period) / 1e3
     last_merge = []
     for i in calls:

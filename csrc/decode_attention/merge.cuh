@@ -29,8 +29,7 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
   auto load_chunk = [&](int s0) {
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
-      // Splits past the last weigh 0: no load (L2 -> SM bytes are this
-      // merge's cost), zeros.
+      // Splits past the last weigh 0: zeros, not a repeat load of the last.
       const int s = s0 + c;
 #pragma unroll
       for (int i = 0; i < E / 4; ++i)
