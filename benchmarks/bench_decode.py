@@ -89,7 +89,7 @@ import bench_grid as grid  # noqa: E402
 import bench_report as report  # noqa: E402
 
 REPO = HERE.parent
-IMPLS = ("flint", "nopdl", "xqa", "fa2", "sdpa")
+IMPLS = ("flint", "nopdl", "early", "xqa", "fa2", "sdpa")
 IMPL_NAMES = {"flint": "flint", "xqa": "fi-xqa", "fa2": "fi-batchdecode", "sdpa": "sdpa"}
 
 
@@ -396,6 +396,9 @@ class Runner:
                                 lambda inp, cfg=cfg: G.flint_with_config(G.make_flint(inp), cfg)))
             elif key == "nopdl":
                 out.append(("flint-nopdl", G.make_flint_nopdl))
+            elif key == "early":  # EXPERIMENT: FLINT_EARLY_TRIGGER=1
+                out.append(("flint-early", lambda inp: G.flint_with_env(
+                    G.make_flint(inp), {"FLINT_EARLY_TRIGGER": "1"})))
             elif key == "xqa":
                 out.append(("fi-xqa", G.make_xqa))
             elif key == "fa2":

@@ -102,3 +102,26 @@ def test_unsupported_config_is_an_error(launch_config):
     launch_config("0,4,2,1,1")  # warp-per-head has no cluster
     with pytest.raises(RuntimeError, match="a cluster merge needs num_splits > 0"):
         torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.1, out)
+
+
+@pytest.mark.parametrize("config", [None, "16,8,2,1,0", "5,4,3,1,0", "1,4,2,1,0", "8,4,2,1,1",
+                                    "0,4,2,1,0", "0,8,2,1,0"])
+@pytest.mark.parametrize("window", [None, 128])
+def test_early_trigger_back_to_back(launch_config, monkeypatch, config, window):
+    # EXPERIMENT (FLINT_EARLY_TRIGGER=1): each call lets its PDL successor
+    # launch at once; four calls on four input sets, queued without a sync
+    # (the successor's prologue overlaps the call before it, which still uses
+    # the shared workspace), must each give the right answer.
+    monkeypatch.setenv("FLINT_EARLY_TRIGGER", "1")
+    launch_config(config)
+    scale = 128**-0.5
+    sets = []
+    for i in range(4):
+        seq_lens = torch.randint(0, 5000, (24,)).tolist()
+        seq_lens[i] = 0
+        sets.append(make_inputs(seq_lens, 2, window))
+    for q, kv, bt, sl, sinks, out in sets:
+        torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, scale, out)
+    torch.cuda.synchronize()
+    for q, kv, bt, sl, sinks, out in sets:
+        check(out, reference(q, kv, bt, sl, sinks, window, scale))

@@ -47,6 +47,11 @@ struct DecodeParams {
   int window;       // attend to the last `window` positions; 0 = all
   int min_pages;    // a split is active when each of its warps gets >= this many pages
   float scale_log2; // softmax scale * log2(e)
+  // EXPERIMENT (FLINT_EARLY_TRIGGER=1): griddepcontrol.launch_dependents at
+  // kernel entry instead of after the page stream, so that a PDL successor's
+  // CTAs may start their prologue on SMs with room to spare while this grid
+  // still streams (sliding-window configs are not padded to one CTA per SM).
+  int early_trigger;
 
   // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
   // written by the kTimeline kernels; nullptr for the operator. Last, so the

@@ -36,6 +36,12 @@ LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int num_sm
   return cfg;
 }
 
+// EXPERIMENT: FLINT_EARLY_TRIGGER=1 (DecodeParams::early_trigger), default 0.
+int early_trigger() {
+  const char* env = std::getenv("FLINT_EARLY_TRIGGER");
+  return env != nullptr && std::string(env) == "1";
+}
+
 bool pdl_enabled() {
   const char* env = std::getenv("FLINT_PDL");
   return env == nullptr || std::string(env) != "0";
@@ -88,6 +94,7 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
+  p.early_trigger = early_trigger();
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;
