@@ -89,7 +89,13 @@ import bench_grid as grid  # noqa: E402
 import bench_report as report  # noqa: E402
 
 REPO = HERE.parent
-IMPLS = ("flint", "nopdl", "early", "xqa", "fa2", "sdpa")
+IMPLS = ("flint", "nopdl", "early", "persist", "both", "xqa", "fa2", "sdpa")
+# EXPERIMENT (branch exp/next): flint with runtime switches, for an A/B in one run.
+EXPERIMENTS = {
+    "early": {"FLINT_EARLY_TRIGGER": "1"},
+    "persist": {"FLINT_WPH_PERSISTENT": "1"},
+    "both": {"FLINT_EARLY_TRIGGER": "1", "FLINT_WPH_PERSISTENT": "1"},
+}
 IMPL_NAMES = {"flint": "flint", "xqa": "fi-xqa", "fa2": "fi-batchdecode", "sdpa": "sdpa"}
 
 
@@ -396,9 +402,9 @@ class Runner:
                                 lambda inp, cfg=cfg: G.flint_with_config(G.make_flint(inp), cfg)))
             elif key == "nopdl":
                 out.append(("flint-nopdl", G.make_flint_nopdl))
-            elif key == "early":  # EXPERIMENT: FLINT_EARLY_TRIGGER=1
-                out.append(("flint-early", lambda inp: G.flint_with_env(
-                    G.make_flint(inp), {"FLINT_EARLY_TRIGGER": "1"})))
+            elif key in EXPERIMENTS:  # EXPERIMENT: runtime switches, see EXPERIMENTS
+                out.append((f"flint-{key}", lambda inp, env=EXPERIMENTS[key]: G.flint_with_env(
+                    G.make_flint(inp), env)))
             elif key == "xqa":
                 out.append(("fi-xqa", G.make_xqa))
             elif key == "fa2":

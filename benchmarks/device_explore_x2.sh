@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# EXPERIMENT call for branch exp/early-trigger on the nvidia-h200-x2 kind
-# (~5 minutes): is the early griddepcontrol.launch_dependents a gain, where,
-# and what does the last CTA's merge wait on?
-#   GPU 0: bench flint / early / nopdl on the short rows; timelines with the
-#          heuristic, with FLINT_EARLY_TRIGGER=1 and with FLINT_PDL=0 (the last
-#          CTA's merge without a successor's loads beside it); a launch-config
-#          sweep of the sliding rows with the early trigger.
-#   GPU 1: the early-trigger tests, sanitize_cases.py under memcheck and
-#          racecheck with the early trigger, ncu on b1_l1k and swa128_b64_l8k.
+# EXPERIMENT call for branch exp/next on the nvidia-h200-x2 kind (~5
+# minutes): are the early griddepcontrol.launch_dependents
+# (FLINT_EARLY_TRIGGER=1) and the persistent warp-per-head grid
+# (FLINT_WPH_PERSISTENT=1) gains, where, and what does the last CTA's merge
+# wait on?
+#   GPU 0: bench flint / early / persist / both / nopdl on the short rows;
+#          timelines with the heuristic, with the early trigger and with
+#          FLINT_PDL=0 (the last CTA's merge without a successor's loads beside
+#          it); a launch-config sweep of the sliding rows with the early trigger.
+#   GPU 1: the experiments' tests, sanitize_cases.py under memcheck and
+#          racecheck with both switches on, ncu on b1_l1k and swa128_b64_l8k.
 # Everything lands in $OUT/explore.tar; summaries print last.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +18,12 @@ export OUT=$FINAL/work
 mkdir -p "$OUT"
 start=$(date +%s)
 check=benchmarks/device_check.sh
-rows=b1_l1k,b1_l8k,h1_b8_l8k,b4_l8k,swa128_b1_l8k,swa128_b16_l8k,swa128_b64_l8k,swa128_b256_l8k
+rows="b1_l1k,b1_l8k,h1_b8_l8k,b4_l8k,swa128_b1_l8k,swa128_b16_l8k,swa128_b64_l8k,swa128_b256_l8k;custom:512,8,8192,128"
 bash $check build >/dev/null 2>&1
 if grep -q "build ok" "$OUT/summary-build.txt"; then
   deadline=$(( start + ${BUDGET_S:-330} ))
   {
-    CUDA_VISIBLE_DEVICES=0 BENCH_ARGS="--no-plot --impls flint,early,nopdl --rows $rows" bash $check bench
+    CUDA_VISIBLE_DEVICES=0 BENCH_ARGS="--no-plot --impls flint,early,persist,both,nopdl --rows $rows" bash $check bench
     for mode in default early nopdl; do
       env=()
       [ $mode = early ] && env=(FLINT_EARLY_TRIGGER=1)
@@ -36,10 +38,10 @@ if grep -q "build ok" "$OUT/summary-build.txt"; then
   gpu0=$!
   {
     CUDA_VISIBLE_DEVICES=1 python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_kernel_variants.py \
-      -k "early" >"$OUT/early_tests.log" 2>&1
-    echo "early tests: $(tail -1 "$OUT/early_tests.log")"
+      -k "early or persistent" >"$OUT/early_tests.log" 2>&1
+    echo "experiment tests: $(tail -1 "$OUT/early_tests.log")"
     for tool in memcheck racecheck; do
-      CUDA_VISIBLE_DEVICES=1 FLINT_EARLY_TRIGGER=1 compute-sanitizer --tool $tool --error-exitcode 9 \
+      CUDA_VISIBLE_DEVICES=1 FLINT_EARLY_TRIGGER=1 FLINT_WPH_PERSISTENT=1 compute-sanitizer --tool $tool --error-exitcode 9 \
         python3 benchmarks/sanitize_cases.py >"$OUT/sanitize_early_$tool.log" 2>&1
       echo "sanitize (early) $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_early_$tool.log")"
     done
@@ -56,5 +58,5 @@ else
 fi
 tar -C "$OUT" -cf "$FINAL/explore.tar" .
 echo "==== summaries"; for f in "$OUT"/summary-*.txt; do echo "-- $(basename "$f")"; tail -n +3 "$f"; done
-grep -E "^early tests|^sanitize" "$OUT/gpu1.out"
+grep -E "^experiment tests|^sanitize" "$OUT/gpu1.out"
 grep -E '^\| (b|h|swa)[0-9]' "$OUT/gpu0.out" | head -10

@@ -125,3 +125,25 @@ def test_early_trigger_back_to_back(launch_config, monkeypatch, config, window):
     torch.cuda.synchronize()
     for q, kv, bt, sl, sinks, out in sets:
         check(out, reference(q, kv, bt, sl, sinks, window, scale))
+
+
+@pytest.mark.parametrize("config", ["0,4,2,1,0", "0,4,3,1,0", "0,8,2,1,0", "0,8,3,1,0"])
+@pytest.mark.parametrize("window", [None, 128])
+def test_persistent_warp_per_head(launch_config, monkeypatch, config, window):
+    # EXPERIMENT (FLINT_WPH_PERSISTENT=1): more (request, kv head) pairs than
+    # the GPU holds warps, so warps loop over pairs and their rings go on from
+    # pair to pair (empty requests in between); twice, for determinism.
+    monkeypatch.setenv("FLINT_WPH_PERSISTENT", "1")
+    launch_config(config)
+    seq_lens = torch.randint(0, 700 if window is None else 3000, (300,)).tolist()
+    for i in range(0, 300, 37):
+        seq_lens[i] = 0
+    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 8, window)
+    scale = 128**-0.5
+    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, scale, out)
+    torch.cuda.synchronize()
+    check(out, reference(q, kv, bt, sl, sinks, window, scale))
+    first = out.clone()
+    out.fill_(float("nan"))
+    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, scale, out)
+    assert torch.equal(out, first), "a second run on the same inputs differs: a race"

@@ -133,7 +133,20 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
 
   cudaLaunchConfig_t launch = {};
   const int num_pairs = params.batch * params.num_kv_heads;
-  launch.gridDim = v.warp_per_head ? dim3(ceil_div(num_pairs, cfg.num_warps))
+  int wph_ctas = ceil_div(num_pairs, cfg.num_warps);
+  if (v.warp_per_head && cfg.persistent) {
+    // As many warps as the GPU holds at once, or fewer with the same largest
+    // number of pairs per warp.
+    int sms = 0, fit = 0;
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess)
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, v.kernel, 32 * cfg.num_warps, smem);
+    if (err != cudaSuccess) return err;
+    const int warp_slots = std::max(sms * std::max(fit, 1), 1) * cfg.num_warps;
+    const int pairs_per_warp = ceil_div(num_pairs, warp_slots);
+    wph_ctas = ceil_div(num_pairs, cfg.num_warps * pairs_per_warp);
+  }
+  launch.gridDim = v.warp_per_head ? dim3(wph_ctas)
                                    : dim3(cfg.num_splits, params.num_kv_heads, params.batch);
   launch.blockDim = dim3(32 * cfg.num_warps);
   launch.dynamicSmemBytes = smem;

@@ -12,6 +12,10 @@ struct LaunchConfig {
   int num_stages;  // page-ring slots per warp
   int min_pages;   // a split is active when each of its warps gets this many pages
   bool cluster;    // merge the splits in a thread-block cluster (DSMEM)
+  // EXPERIMENT (FLINT_WPH_PERSISTENT=1): with num_splits 0, launch only as
+  // many CTAs as fit the GPU at once (fewer if that evens the pairs per warp);
+  // each warp then loops over pairs instead of the grid running in waves.
+  bool persistent = false;
 };
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }

@@ -21,7 +21,7 @@ namespace {
 
 // FLINT_LAUNCH_CONFIG="splits,warps,stages,min_pages,cluster" overrides the
 // heuristic for every launch while set (the benchmark's tuning mode).
-LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int num_sms) {
+LaunchConfig launch_config_from_env(int batch, int num_kv_heads, bool sliding, int num_sms) {
   const char* env = std::getenv("FLINT_LAUNCH_CONFIG");
   if (env == nullptr || *env == '\0') return default_launch_config(batch, num_kv_heads, sliding, num_sms);
   LaunchConfig cfg{};
@@ -40,6 +40,14 @@ LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int num_sm
 int early_trigger() {
   const char* env = std::getenv("FLINT_EARLY_TRIGGER");
   return env != nullptr && std::string(env) == "1";
+}
+
+// EXPERIMENT: FLINT_WPH_PERSISTENT=1 sets LaunchConfig::persistent.
+LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int num_sms) {
+  LaunchConfig cfg = launch_config_from_env(batch, num_kv_heads, sliding, num_sms);
+  const char* env = std::getenv("FLINT_WPH_PERSISTENT");
+  cfg.persistent = env != nullptr && std::string(env) == "1";
+  return cfg;
 }
 
 bool pdl_enabled() {
