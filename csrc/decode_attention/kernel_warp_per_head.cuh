@@ -67,16 +67,22 @@ __global__ void __launch_bounds__(32 * kWarps)
   // Warp w of CTA c takes pairs c x kWarps + w + i x gridDim.x x kWarps: one
   // pair unless the launch made the grid persistent (fewer CTAs than pairs
   // need, launch.cu); its ring goes on from pair to pair (ring_base).
+  // Each pair's seq_len is loaded one pair ahead, so that a persistent warp's
+  // next extent arrives while it streams (the block table still follows it).
+  const int stride = gridDim.x * kWarps;
   int ring_base = 0;
-  for (int pair = blockIdx.x * kWarps + warp; pair < num_pairs; pair += gridDim.x * kWarps) {
+  int next_len = p.seq_lens[(blockIdx.x * kWarps + warp) / p.num_kv_heads];
+  for (int pair = blockIdx.x * kWarps + warp; pair < num_pairs; pair += stride) {
     const int b = pair / p.num_kv_heads, kvh = pair % p.num_kv_heads;
+    const int raw_len = next_len;
+    if (pair + stride < num_pairs) next_len = p.seq_lens[(pair + stride) / p.num_kv_heads];
     uint16_t* out_kv_head = p.out + b * p.out_stride_b + (kvh * kGqa) * p.out_stride_h;
     // Sinks are weights, never written by the previous kernel: read them first.
     const float sink0 = p.sinks[kvh * kGqa + 2 * t] * kLog2eF;
     const float sink1 = p.sinks[kvh * kGqa + 2 * t + 1] * kLog2eF;
 
     // ---- sequence extent (read before griddepcontrol.wait, see kernel.cuh) --
-    const int seq_len = min(max(p.seq_lens[b], 0), p.max_blocks * kPageTokens);
+    const int seq_len = min(max(raw_len, 0), p.max_blocks * kPageTokens);
     const int start_tok = p.window > 0 ? max(seq_len - p.window, 0) : 0;
     const int start_page = start_tok / kPageTokens;
     const int n_pages = (seq_len + kPageTokens - 1) / kPageTokens - start_page;
