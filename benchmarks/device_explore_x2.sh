@@ -9,7 +9,8 @@
 #          FLINT_PDL=0 (the last CTA's merge without a successor's loads beside
 #          it); a launch-config sweep of the sliding rows with the early trigger.
 #   GPU 1: the experiments' tests, sanitize_cases.py under memcheck and
-#          racecheck with both switches on, ncu on b1_l1k and swa128_b64_l8k.
+#          racecheck with both switches on, ncu on b1_l1k, b1_l8k and
+#          swa128_b64_l8k.
 # Everything lands in $OUT/explore.tar; summaries print last.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +46,7 @@ if grep -q "build ok" "$OUT/summary-build.txt"; then
         python3 benchmarks/sanitize_cases.py >"$OUT/sanitize_early_$tool.log" 2>&1
       echo "sanitize (early) $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_early_$tool.log")"
     done
-    CUDA_VISIBLE_DEVICES=1 bash $check ncu
+    CUDA_VISIBLE_DEVICES=1 NCU_ROWS="b1_l1k b1_l8k swa128_b64_l8k" bash $check ncu
   } >"$OUT/gpu1.out" 2>&1 &
   gpu1=$!
   ( sleep $(( deadline - $(date +%s) )); echo "deadline: stopping what still runs" | tee -a "$OUT/gpu0.out" >>"$OUT/gpu1.out"
