@@ -89,12 +89,14 @@ import bench_grid as grid  # noqa: E402
 import bench_report as report  # noqa: E402
 
 REPO = HERE.parent
-IMPLS = ("flint", "nopdl", "early", "persist", "both", "xqa", "fa2", "sdpa")
+IMPLS = ("flint", "nopdl", "early", "persist", "both", "waited", "waitedp", "xqa", "fa2", "sdpa")
 # EXPERIMENT (branch exp/next): flint with runtime switches, for an A/B in one run.
 EXPERIMENTS = {
     "early": {"FLINT_EARLY_TRIGGER": "1"},
     "persist": {"FLINT_WPH_PERSISTENT": "1"},
     "both": {"FLINT_EARLY_TRIGGER": "1", "FLINT_WPH_PERSISTENT": "1"},
+    "waited": {"FLINT_EARLY_TRIGGER": "2"},
+    "waitedp": {"FLINT_EARLY_TRIGGER": "2", "FLINT_WPH_PERSISTENT": "1"},
 }
 IMPL_NAMES = {"flint": "flint", "xqa": "fi-xqa", "fa2": "fi-batchdecode", "sdpa": "sdpa"}
 

@@ -104,15 +104,16 @@ def test_unsupported_config_is_an_error(launch_config):
         torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.1, out)
 
 
-@pytest.mark.parametrize("config", [None, "16,8,2,1,0", "5,4,3,1,0", "1,4,2,1,0", "8,4,2,1,1",
+@pytest.mark.parametrize("trigger", ["1", "2"])
+@pytest.mark.parametrize("config", [None, "8,8,2,1,0", "5,4,3,1,0", "1,4,2,1,0", "8,4,2,1,1",
                                     "0,4,2,1,0", "0,8,2,1,0"])
 @pytest.mark.parametrize("window", [None, 128])
-def test_early_trigger_back_to_back(launch_config, monkeypatch, config, window):
+def test_early_trigger_back_to_back(launch_config, monkeypatch, config, window, trigger):
     # EXPERIMENT (FLINT_EARLY_TRIGGER=1): each call lets its PDL successor
     # launch at once; four calls on four input sets, queued without a sync
     # (the successor's prologue overlaps the call before it, which still uses
     # the shared workspace), must each give the right answer.
-    monkeypatch.setenv("FLINT_EARLY_TRIGGER", "1")
+    monkeypatch.setenv("FLINT_EARLY_TRIGGER", trigger)
     launch_config(config)
     scale = 128**-0.5
     sets = []

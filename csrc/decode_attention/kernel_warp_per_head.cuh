@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   extern __shared__ __align__(128) uint8_t smem[];
   stamp<kTimeline>(p, kStampEntry);  // thread 0: the stamps follow warp 0's pairs
   // EXPERIMENT: the later launch_dependents (wait_then_stream_pages) is then a no-op.
-  if (p.early_trigger) ptx::launch_dependents();
+  if (p.early_trigger == 1) ptx::launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
   const int num_pairs = p.batch * p.num_kv_heads;

@@ -275,6 +275,7 @@ __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, co
   issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
   stamp<kTimeline>(p, kStampPrologue);
   ptx::grid_dependency_wait();
+  if (p.early_trigger == 2) ptx::launch_dependents();  // EXPERIMENT
   stamp<kTimeline>(p, kStampWaited);
   issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
   uint32_t q[16];

@@ -36,10 +36,12 @@ LaunchConfig launch_config_from_env(int batch, int num_kv_heads, bool sliding, i
   return cfg;
 }
 
-// EXPERIMENT: FLINT_EARLY_TRIGGER=1 (DecodeParams::early_trigger), default 0.
+// EXPERIMENT: FLINT_EARLY_TRIGGER=1|2 (DecodeParams::early_trigger), default 0.
 int early_trigger() {
   const char* env = std::getenv("FLINT_EARLY_TRIGGER");
-  return env != nullptr && std::string(env) == "1";
+  if (env == nullptr) return 0;
+  const std::string v(env);
+  return v == "1" ? 1 : v == "2" ? 2 : 0;
 }
 
 // EXPERIMENT: FLINT_WPH_PERSISTENT=1 sets LaunchConfig::persistent.
