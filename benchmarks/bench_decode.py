@@ -89,15 +89,7 @@ import bench_grid as grid  # noqa: E402
 import bench_report as report  # noqa: E402
 
 REPO = HERE.parent
-IMPLS = ("flint", "nopdl", "early", "persist", "both", "waited", "waitedp", "xqa", "fa2", "sdpa")
-# EXPERIMENT (branch exp/next): flint with runtime switches, for an A/B in one run.
-EXPERIMENTS = {
-    "early": {"FLINT_EARLY_TRIGGER": "1"},
-    "persist": {"FLINT_WPH_PERSISTENT": "1"},
-    "both": {"FLINT_EARLY_TRIGGER": "1", "FLINT_WPH_PERSISTENT": "1"},
-    "waited": {"FLINT_EARLY_TRIGGER": "2"},
-    "waitedp": {"FLINT_EARLY_TRIGGER": "2", "FLINT_WPH_PERSISTENT": "1"},
-}
+IMPLS = ("flint", "nopdl", "xqa", "fa2", "sdpa")
 IMPL_NAMES = {"flint": "flint", "xqa": "fi-xqa", "fa2": "fi-batchdecode", "sdpa": "sdpa"}
 
 
@@ -404,9 +396,6 @@ class Runner:
                                 lambda inp, cfg=cfg: G.flint_with_config(G.make_flint(inp), cfg)))
             elif key == "nopdl":
                 out.append(("flint-nopdl", G.make_flint_nopdl))
-            elif key in EXPERIMENTS:  # EXPERIMENT: runtime switches, see EXPERIMENTS
-                out.append((f"flint-{key}", lambda inp, env=EXPERIMENTS[key]: G.flint_with_env(
-                    G.make_flint(inp), env)))
             elif key == "xqa":
                 out.append(("fi-xqa", G.make_xqa))
             elif key == "fa2":

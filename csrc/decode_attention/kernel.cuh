@@ -79,8 +79,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   extern __shared__ __align__(128) uint8_t smem[];
   stamp<kTimeline>(p, kStampEntry);
-  // EXPERIMENT: the later launch_dependents (wait_then_stream_pages) is then a no-op.
-  if (p.early_trigger == 1) ptx::launch_dependents();
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int max_splits = gridDim.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;

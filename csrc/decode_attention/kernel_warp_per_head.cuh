@@ -1,6 +1,6 @@
 // Paged decode attention with one warp per (request, kv head): no splits and no
-// merge. Grid (ceil(batch x kv heads / kWarps)), or fewer CTAs that loop
-// (persistent, see launch.cu); warp w of CTA c takes the pair c x kWarps + w
+// merge. A persistent grid of at most ceil(batch x kv heads / kWarps) CTAs (what
+// the GPU holds at once, see launch.cu); warp w of CTA c takes the pair c x kWarps + w
 // (and every gridDim.x x kWarps-th after it), streams all its attended pages
 // through its own ring and writes the normalized output straight from its
 // fragments.
@@ -53,8 +53,6 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   extern __shared__ __align__(128) uint8_t smem[];
   stamp<kTimeline>(p, kStampEntry);  // thread 0: the stamps follow warp 0's pairs
-  // EXPERIMENT: the later launch_dependents (wait_then_stream_pages) is then a no-op.
-  if (p.early_trigger == 1) ptx::launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
   const int num_pairs = p.batch * p.num_kv_heads;

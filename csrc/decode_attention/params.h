@@ -47,13 +47,6 @@ struct DecodeParams {
   int window;       // attend to the last `window` positions; 0 = all
   int min_pages;    // a split is active when each of its warps gets >= this many pages
   float scale_log2; // softmax scale * log2(e)
-  // EXPERIMENT (FLINT_EARLY_TRIGGER=1|2): griddepcontrol.launch_dependents at
-  // kernel entry (1) or right after griddepcontrol.wait (2) instead of after
-  // the page stream, so that a PDL successor's CTAs may start their prologue
-  // on SMs with room to spare while this grid still streams. 1 lets calls
-  // cascade (each successor triggers its own at entry); 2 keeps at most two
-  // calls resident.
-  int early_trigger;
 
   // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
   // written by the kTimeline kernels; nullptr for the operator. Last, so the

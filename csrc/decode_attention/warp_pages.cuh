@@ -263,8 +263,13 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
 // A warp's part of the call in the order PDL allows, the same in every kernel:
 // the leading pages that do not depend on the previous kernel, then
 // griddepcontrol.wait, then what the previous kernel writes (the page holding
-// the current token, q), all pages streamed, and launch_dependents so that a
-// PDL-launched successor may start its prologue while this grid finishes.
+// the current token, q), and all pages streamed.
+// launch_dependents comes right after the wait: a PDL-launched successor
+// starts once every CTA here is past its wait (the call before has ended), so
+// its prologue overlaps this call's stream wherever an SM has room, and at
+// most two calls are ever resident. At kernel entry instead, each successor
+// would trigger its own at once and calls would pile up (swa128 b64: 17.0 us
+// against 11.0, device runs 9-10); after the stream, nothing overlaps.
 // (seq_lens, block tables and sinks are read before this: see kernel.cuh.)
 template <int kStages, bool kTimeline>
 __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, const WarpPages& pages,
@@ -275,14 +280,13 @@ __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, co
   issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
   stamp<kTimeline>(p, kStampPrologue);
   ptx::grid_dependency_wait();
-  if (p.early_trigger == 2) ptx::launch_dependents();  // EXPERIMENT
+  ptx::launch_dependents();
   stamp<kTimeline>(p, kStampWaited);
   issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
   stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
                         st);
-  ptx::launch_dependents();
   stamp<kTimeline>(p, kStampStreamed);
 }
 

@@ -21,7 +21,7 @@ namespace {
 
 // FLINT_LAUNCH_CONFIG="splits,warps,stages,min_pages,cluster" overrides the
 // heuristic for every launch while set (the benchmark's tuning mode).
-LaunchConfig launch_config_from_env(int batch, int num_kv_heads, bool sliding, int num_sms) {
+LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int num_sms) {
   const char* env = std::getenv("FLINT_LAUNCH_CONFIG");
   if (env == nullptr || *env == '\0') return default_launch_config(batch, num_kv_heads, sliding, num_sms);
   LaunchConfig cfg{};
@@ -33,22 +33,6 @@ LaunchConfig launch_config_from_env(int batch, int num_kv_heads, bool sliding, i
               "FLINT_LAUNCH_CONFIG must be 'splits,warps,stages,min_pages,cluster' "
               "(cluster 0 or 1), got '", env, "'");
   cfg.cluster = cluster == 1;
-  return cfg;
-}
-
-// EXPERIMENT: FLINT_EARLY_TRIGGER=1|2 (DecodeParams::early_trigger), default 0.
-int early_trigger() {
-  const char* env = std::getenv("FLINT_EARLY_TRIGGER");
-  if (env == nullptr) return 0;
-  const std::string v(env);
-  return v == "1" ? 1 : v == "2" ? 2 : 0;
-}
-
-// EXPERIMENT: FLINT_WPH_PERSISTENT=1 sets LaunchConfig::persistent.
-LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int num_sms) {
-  LaunchConfig cfg = launch_config_from_env(batch, num_kv_heads, sliding, num_sms);
-  const char* env = std::getenv("FLINT_WPH_PERSISTENT");
-  cfg.persistent = env != nullptr && std::string(env) == "1";
   return cfg;
 }
 
@@ -104,7 +88,6 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
-  p.early_trigger = early_trigger();
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;
