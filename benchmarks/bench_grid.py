@@ -185,11 +185,11 @@ def launch_config(batch: int, num_kv_heads: int, sliding: bool, num_sms: int) ->
     num_bh = batch * num_kv_heads
     if sliding:
         if batch <= 2:
-            return (8, 4, 2, 1, 1)
+            return (4, 4, 2, 1, 1)
         if num_bh >= 3 * num_sms:
-            return (0, 8 if num_bh >= 8 * num_sms else 4, 2, 1, 0)
+            return (0, 4, 3, 1, 0)
         if batch <= 16:
-            return (1, 8, 2, 1, 0)
+            return (1, 4, 2, 2, 0)
         return (1, 4, 3 if batch <= 64 else 2, 1, 0)
     if batch <= 2:
         return (max(1, num_sms // num_bh), 8, 2, 1, 0)

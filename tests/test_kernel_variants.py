@@ -102,3 +102,46 @@ def test_unsupported_config_is_an_error(launch_config):
     launch_config("0,4,2,1,1")  # warp-per-head has no cluster
     with pytest.raises(RuntimeError, match="a cluster merge needs num_splits > 0"):
         torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.1, out)
+
+
+@pytest.mark.parametrize("config", [None, "8,8,2,1,0", "5,4,3,1,0", "1,4,2,2,0", "4,4,2,1,1",
+                                    "8,4,2,1,1", "0,4,3,1,0", "0,8,2,1,0"])
+@pytest.mark.parametrize("window", [None, 128])
+def test_back_to_back_calls(launch_config, config, window):
+    # Each call lets its PDL successor launch once past griddepcontrol.wait;
+    # four calls on four input sets, queued without a sync (a successor's
+    # prologue overlaps the call before it, which still uses the shared
+    # workspace), must each give the right answer.
+    launch_config(config)
+    scale = 128**-0.5
+    sets = []
+    for i in range(4):
+        seq_lens = torch.randint(0, 5000, (24,)).tolist()
+        seq_lens[i] = 0
+        sets.append(make_inputs(seq_lens, 2, window))
+    for q, kv, bt, sl, sinks, out in sets:
+        torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, scale, out)
+    torch.cuda.synchronize()
+    for q, kv, bt, sl, sinks, out in sets:
+        check(out, reference(q, kv, bt, sl, sinks, window, scale))
+
+
+@pytest.mark.parametrize("config", ["0,4,2,1,0", "0,4,3,1,0", "0,8,2,1,0", "0,8,3,1,0"])
+@pytest.mark.parametrize("window", [None, 128])
+def test_persistent_warp_per_head(launch_config, config, window):
+    # More (request, kv head) pairs than the GPU holds warps, so warps loop
+    # over pairs and their rings go on from pair to pair (empty requests in
+    # between); twice, for determinism.
+    launch_config(config)
+    seq_lens = torch.randint(0, 700 if window is None else 3000, (300,)).tolist()
+    for i in range(0, 300, 37):
+        seq_lens[i] = 0
+    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 8, window)
+    scale = 128**-0.5
+    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, scale, out)
+    torch.cuda.synchronize()
+    check(out, reference(q, kv, bt, sl, sinks, window, scale))
+    first = out.clone()
+    out.fill_(float("nan"))
+    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, scale, out)
+    assert torch.equal(out, first), "a second run on the same inputs differs: a race"

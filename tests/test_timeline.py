@@ -19,7 +19,7 @@ SCALE = 128**-0.5
     ("3,4,3,1,0", [300, 40], None),
     ("8,4,2,1,1", [900, 1], 128),  # cluster of 8
     ("0,4,2,1,0", [0, 700, 17, 129, 5], 128),  # one warp per (request, kv head)
-    ("0,8,2,1,0", [64, 3000, 1], None),
+    ("0,4,3,1,0", [64, 3000, 1], None),
 ])
 def test_timeline_matches_operator_and_is_ordered(launch_config, config, seq_lens, window):
     q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 2, window)

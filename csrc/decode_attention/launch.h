@@ -16,7 +16,8 @@ namespace flint {
 // `timeline`, among the few variants that record the diagnostic timeline.
 std::string check_launch_config(const LaunchConfig& cfg, bool timeline = false);
 
-// CTAs in the grid of `cfg` for the call `params` describes.
+// CTAs in the grid of `cfg` for the call `params` describes, at most (a
+// warp-per-head grid is cut to what the GPU holds at once).
 int64_t num_ctas(const DecodeParams& params, const LaunchConfig& cfg);
 
 // Launches on `stream`; `sliding` sets the shared-memory padding rule and

@@ -17,12 +17,15 @@ struct LaunchConfig {
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // The reference design's heuristic, with the changes the H200 sweeps of
-// benchmarks/RESULTS.md showed to pay (2026-11-29 c9b5069, 2026-11-30 ee41244):
-//  - sliding, 3..16 requests: 1 split of 8 warps (b16: 5.6 us against 6.0 for
-//    2 splits and 10.5 for a cluster of 4: per-CTA latency, not bytes, rules);
-//  - sliding, >= 3 (request, kv head) pairs per SM: one warp per pair, no merge
-//    (b64: 12.1 against 15.3 us with 4 warps, 2 stages; b256: 39.6 against
-//    41.9 us with 8 warps, 2 stages);
+// benchmarks/RESULTS.md showed to pay (2026-11-29 c9b5069, 2026-11-30 ee41244,
+// and with launch_dependents right after griddepcontrol.wait, device run 10):
+//  - sliding, 1..2 requests: a cluster of 4 splits of 4 warps (b1: 2.71 us
+//    against 3.12 for a cluster of 8);
+//  - sliding, 3..16 requests: 1 split of 4 warps, min_pages 2 (b16: 3.73 us
+//    against 4.50 with 8 warps: per-CTA latency, not bytes, rules);
+//  - sliding, >= 3 (request, kv head) pairs per SM: one warp per pair, no merge,
+//    4 warps and 3 stages (b64: 10.1 us against 11.1 with 2 stages; b256: 36.1
+//    against 37.1 with 8 warps, 2 stages);
 //  - sliding, other batches above 64: 2 stages, so 3 CTAs share an SM;
 //  - full, 1..2 requests: min_pages 1 (b1 L1k: 5.6 vs 6.8 us);
 //  - full, more requests but <= 8 (request, kv head) pairs: 8 warps, min_pages 4
@@ -35,9 +38,9 @@ inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool slid
   const int num_bh = batch * num_kv_heads;
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
   if (sliding) {
-    if (batch <= 2) return {8, 4, 2, 1, true};
-    if (num_bh >= 3 * num_sms) return {0, num_bh >= 8 * num_sms ? 8 : 4, 2, 1, false};
-    if (batch <= 16) return {1, 8, 2, 1, false};
+    if (batch <= 2) return {4, 4, 2, 1, true};
+    if (num_bh >= 3 * num_sms) return {0, 4, 3, 1, false};
+    if (batch <= 16) return {1, 4, 2, 2, false};
     return {1, 4, batch <= 64 ? 3 : 2, 1, false};
   }
   if (batch <= 2) return {at_least_1(num_sms / num_bh), 8, 2, 1, false};

@@ -9,8 +9,8 @@ namespace flint {
 enum TimelineStamp : int {
   kStampEntry,      // first instruction
   kStampPrologue,   // seq_len and block table read, leading pages issued
-  kStampWaited,     // griddepcontrol.wait returned
-  kStampStreamed,   // the CTA's pages are consumed (launch_dependents)
+  kStampWaited,     // griddepcontrol.wait returned (launch_dependents)
+  kStampStreamed,   // the CTA's pages are consumed
   kStampMerged,     // the CTA's warps merged (split kernel)
   kStampArrived,    // arrival counted (last-CTA merge)
   kStampExit,       // output or partial written

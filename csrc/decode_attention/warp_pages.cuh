@@ -153,7 +153,9 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
 // A warp's pages of one (request, kv head): pages first_page + k * step for
 // k < n_pages, streamed through a private ring of kStages slots (8 KB each,
 // one mbarrier per slot). Block ids come 32 at a time into lanes (k = lane and
-// k = lane + 32) and are broadcast with shuffles.
+// k = lane + 32) and are broadcast with shuffles. A ring that streamed
+// ring_base pages before (an earlier pair of a persistent warp) goes on where
+// it stopped: page k takes ring position ring_base + k (slot, barrier phase).
 struct WarpPages {
   const int32_t* bt;         // block-table entry of page k = 0; page k at bt[k * step]
   const uint16_t* kv_head;   // the cache at this kv head: + block x stride_block is a page
@@ -161,9 +163,23 @@ struct WarpPages {
   int num_blocks;            // block ids are clamped to [0, num_blocks)
   int first_page, step, n_pages;
   uint32_t ring, bars;       // shared-memory addresses of slot 0 and its barrier
+  int ring_base = 0;         // pages this ring streamed before page k = 0
 
   __device__ __forceinline__ int block_at(int k) const {
     return k < n_pages ? min(max(bt[k * step], 0), num_blocks - 1) : 0;
+  }
+  // Ring slot and barrier of page k, and the parity its barrier completes with.
+  template <int kStages>
+  __device__ __forceinline__ uint32_t slot_of(int k) const {
+    return ring + ((ring_base + k) % kStages) * kPageBytes;
+  }
+  template <int kStages>
+  __device__ __forceinline__ uint32_t bar_of(int k) const {
+    return bars + 8 * ((ring_base + k) % kStages);
+  }
+  template <int kStages>
+  __device__ __forceinline__ uint32_t parity_of(int k) const {
+    return ((ring_base + k) / kStages) & 1;
   }
 };
 
@@ -188,7 +204,7 @@ __device__ __forceinline__ void issue_leading_pages(const WarpPages& w, int bt_c
   for (int s = 0; s < kStages - 1; ++s) {
     const int blk = __shfl_sync(kFullMask, bt_cur, s);
     if (s < w.n_pages && (w.first_page + s * w.step == current_page) == current)
-      issue_page(w.kv_head, w.stride_block, blk, w.ring + s * kPageBytes, w.bars + 8 * s, lane);
+      issue_page(w.kv_head, w.stride_block, blk, w.slot_of<kStages>(s), w.bar_of<kStages>(s), lane);
   }
 }
 
@@ -228,14 +244,13 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
     __syncwarp();
     const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
     if (kn < w.n_pages)
-      issue_page(w.kv_head, w.stride_block, blk, w.ring + (kn % kStages) * kPageBytes,
-                 w.bars + 8 * (kn % kStages), lane);
+      issue_page(w.kv_head, w.stride_block, blk, w.slot_of<kStages>(kn), w.bar_of<kStages>(kn),
+                 lane);
 
-    const int slot = k % kStages;
-    ptx::mbarrier_wait_parity(w.bars + 8 * slot, (k / kStages) & 1);
+    ptx::mbarrier_wait_parity(w.bar_of<kStages>(k), w.parity_of<kStages>(k));
     const int page = w.first_page + k * w.step;
     uint32_t kf[32], vf[32];
-    load_page(w.ring + slot * kPageBytes, page, start_tok, seq_len, g, t, kf, vf);
+    load_page(w.slot_of<kStages>(k), page, start_tok, seq_len, g, t, kf, vf);
     attend_page(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
   }
 #pragma unroll
@@ -248,8 +263,13 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
 // A warp's part of the call in the order PDL allows, the same in every kernel:
 // the leading pages that do not depend on the previous kernel, then
 // griddepcontrol.wait, then what the previous kernel writes (the page holding
-// the current token, q), all pages streamed, and launch_dependents so that a
-// PDL-launched successor may start its prologue while this grid finishes.
+// the current token, q), and all pages streamed.
+// launch_dependents comes right after the wait: a PDL-launched successor
+// starts once every CTA here is past its wait (the call before has ended), so
+// its prologue overlaps this call's stream wherever an SM has room, and at
+// most two calls are ever resident. At kernel entry instead, each successor
+// would trigger its own at once and calls would pile up (swa128 b64: 17.0 us
+// against 11.0, device runs 9-10); after the stream, nothing overlaps.
 // (seq_lens, block tables and sinks are read before this: see kernel.cuh.)
 template <int kStages, bool kTimeline>
 __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, const WarpPages& pages,
@@ -260,13 +280,13 @@ __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, co
   issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
   stamp<kTimeline>(p, kStampPrologue);
   ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   stamp<kTimeline>(p, kStampWaited);
   issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
   stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
                         st);
-  ptx::launch_dependents();
   stamp<kTimeline>(p, kStampStreamed);
 }
 
