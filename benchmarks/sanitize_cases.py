@@ -28,6 +28,9 @@ CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
     # More pairs (1104) than 132 SMs hold 8-warp CTAs' warps: the persistent
     # warps loop over pairs through one ring.
     ("0,8,2,1,0", [(37 * i) % 70 for i in range(138)], 8, 48),
+    # The same with 4-slot rings: some pairs are shorter than the 3 leading
+    # pages a chained stream issues for the next pair.
+    ("0,4,4,1,0", [(37 * i) % 90 for i in range(138)], 8, 64),
 ]
 
 for cfg, seq_lens, kvh, window in CASES:

@@ -126,14 +126,17 @@ def test_back_to_back_calls(launch_config, config, window):
         check(out, reference(q, kv, bt, sl, sinks, window, scale))
 
 
-@pytest.mark.parametrize("config", ["0,4,2,1,0", "0,4,3,1,0", "0,8,2,1,0", "0,8,3,1,0"])
-@pytest.mark.parametrize("window", [None, 128])
-def test_persistent_warp_per_head(launch_config, config, window):
+@pytest.mark.parametrize("config", ["0,4,2,1,0", "0,4,3,1,0", "0,4,4,1,0", "0,8,2,1,0",
+                                    "0,8,3,1,0"])
+@pytest.mark.parametrize("window,max_len", [(None, 700), (128, 3000), (None, 40), (64, 3000)])
+def test_persistent_warp_per_head(launch_config, config, window, max_len):
     # More (request, kv head) pairs than the GPU holds warps, so warps loop
-    # over pairs and their rings go on from pair to pair (empty requests in
-    # between); twice, for determinism.
+    # over pairs and their rings go on from pair to pair, the next pair's
+    # leading pages issued by this pair's stream (empty requests in between;
+    # max_len 40 and window 64: pairs shorter than the ring's leading pages,
+    # which the chain skips); twice, for determinism.
     launch_config(config)
-    seq_lens = torch.randint(0, 700 if window is None else 3000, (300,)).tolist()
+    seq_lens = torch.randint(0, max_len, (300,)).tolist()
     for i in range(0, 300, 37):
         seq_lens[i] = 0
     q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 8, window)

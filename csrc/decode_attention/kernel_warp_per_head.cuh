@@ -43,6 +43,39 @@ __device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t st
   }
 }
 
+// One (request, kv head) pair's attended span: pages start_page + k, k < n_pages
+// (n_pages <= 0: nothing to attend). seq_len is read before griddepcontrol.wait
+// (see kernel.cuh).
+struct PairSpan {
+  int b, kvh, seq_len, start_tok, start_page, n_pages;
+};
+
+__device__ __forceinline__ PairSpan pair_span(const DecodeParams& p, int pair, int raw_len) {
+  PairSpan s;
+  s.b = pair / p.num_kv_heads;
+  s.kvh = pair % p.num_kv_heads;
+  s.seq_len = min(max(raw_len, 0), p.max_blocks * kPageTokens);
+  s.start_tok = p.window > 0 ? max(s.seq_len - p.window, 0) : 0;
+  s.start_page = s.start_tok / kPageTokens;
+  s.n_pages = (s.seq_len + kPageTokens - 1) / kPageTokens - s.start_page;
+  return s;
+}
+
+// The pair's pages in the warp's ring, page k at ring position ring_base + k.
+__device__ __forceinline__ WarpPages pair_pages(const DecodeParams& p, const PairSpan& s,
+                                                uint32_t ring, uint32_t bars, int ring_base) {
+  return WarpPages{p.block_tables + s.b * p.bt_stride_b + s.start_page,
+                   p.kv_cache + s.kvh * p.kv_stride_head,
+                   p.kv_stride_block,
+                   p.num_blocks,
+                   s.start_page,
+                   1,
+                   s.n_pages,
+                   ring,
+                   bars,
+                   ring_base};
+}
+
 }  // namespace detail
 
 template <int kWarps, int kStages, bool kTimeline = false>
@@ -65,45 +98,44 @@ __global__ void __launch_bounds__(32 * kWarps)
   // Warp w of CTA c takes pairs c x kWarps + w + i x gridDim.x x kWarps: one
   // pair unless the launch made the grid persistent (fewer CTAs than pairs
   // need, launch.cu); its ring goes on from pair to pair (ring_base).
-  // Each pair's seq_len is loaded one pair ahead, so that a persistent warp's
-  // next extent arrives while it streams (the block table still follows it).
+  // While a pair streams, the next pair's block ids are loaded (its seq_len
+  // one pair earlier still), and the slots the stream frees last take the
+  // next pair's leading pages: the ring does not drain between pairs.
   const int stride = gridDim.x * kWarps;
-  int ring_base = 0;
-  int next_len = p.seq_lens[(blockIdx.x * kWarps + warp) / p.num_kv_heads];
-  for (int pair = blockIdx.x * kWarps + warp; pair < num_pairs; pair += stride) {
-    const int b = pair / p.num_kv_heads, kvh = pair % p.num_kv_heads;
-    const int raw_len = next_len;
-    if (pair + stride < num_pairs) next_len = p.seq_lens[(pair + stride) / p.num_kv_heads];
-    uint16_t* out_kv_head = p.out + b * p.out_stride_b + (kvh * kGqa) * p.out_stride_h;
+  const int first = blockIdx.x * kWarps + warp;
+  PairSpan cur = pair_span(p, first, p.seq_lens[first / p.num_kv_heads]);
+  int len_after = first + stride < num_pairs ? p.seq_lens[(first + stride) / p.num_kv_heads] : 0;
+  int ring_base = 0, carried_bt = 0;
+  bool leading_issued = false;
+  for (int pair = first; pair < num_pairs; pair += stride) {
+    PairSpan next{};
+    if (pair + stride < num_pairs) {
+      next = pair_span(p, pair + stride, len_after);
+      if (pair + 2 * stride < num_pairs)
+        len_after = p.seq_lens[(pair + 2 * stride) / p.num_kv_heads];
+    }
+    uint16_t* out_kv_head = p.out + cur.b * p.out_stride_b + (cur.kvh * kGqa) * p.out_stride_h;
     // Sinks are weights, never written by the previous kernel: read them first.
-    const float sink0 = p.sinks[kvh * kGqa + 2 * t] * kLog2eF;
-    const float sink1 = p.sinks[kvh * kGqa + 2 * t + 1] * kLog2eF;
+    const float sink0 = p.sinks[cur.kvh * kGqa + 2 * t] * kLog2eF;
+    const float sink1 = p.sinks[cur.kvh * kGqa + 2 * t + 1] * kLog2eF;
 
-    // ---- sequence extent (read before griddepcontrol.wait, see kernel.cuh) --
-    const int seq_len = min(max(raw_len, 0), p.max_blocks * kPageTokens);
-    const int start_tok = p.window > 0 ? max(seq_len - p.window, 0) : 0;
-    const int start_page = start_tok / kPageTokens;
-    const int n_pages = (seq_len + kPageTokens - 1) / kPageTokens - start_page;
-
-    if (n_pages <= 0) {
+    if (cur.n_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
       const float zeros[32] = {};
       store_warp_out(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
+      cur = next;
+      leading_issued = false;
       continue;
     }
 
-    // ---- this warp's pages: start_page + k, k < n_pages --------------------
-    const WarpPages pages{p.block_tables + b * p.bt_stride_b + start_page,
-                          p.kv_cache + kvh * p.kv_stride_head,
-                          p.kv_stride_block,
-                          p.num_blocks,
-                          start_page,
-                          1,
-                          n_pages,
-                          ring,
-                          bars,
-                          ring_base};
-    const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
+    // ---- this warp's pages: start_page + k, k < n_pages; then the next pair's
+    const WarpPages pages = pair_pages(p, cur, ring, bars, ring_base);
+    const int bt_cur = leading_issued ? carried_bt : pages.block_at(lane);
+    const int bt_next = pages.block_at(lane + 32);
+    NextPages after{pair_pages(p, next, ring, bars, ring_base + cur.n_pages), 0};
+    const bool chain = next.n_pages > 0 && cur.n_pages >= kStages - 1;
+    if (chain) after.bt = after.pages.block_at(lane);
+    else after.pages.n_pages = 0;
     // NOTE: refilling the previous pair's slots needs no extra __syncwarp: the
     // leading pages go to slots that pair consumed before its last page (the
     // __syncwarp that began its last iteration ordered those reads), and the
@@ -113,14 +145,18 @@ __global__ void __launch_bounds__(32 * kWarps)
     // ---- prefetch, wait on the previous kernel, stream pages -----------------
     // (after the first pair, griddepcontrol.wait returns at once.)
     WarpState st;
-    wait_then_stream_pages<kStages, kTimeline>(p, pages, bt_cur, bt_next, b, kvh, start_tok,
-                                               seq_len, g, t, lane, st);
+    wait_then_stream_pages<kStages, kTimeline, true>(p, pages, bt_cur, bt_next, cur.b, cur.kvh,
+                                                     cur.start_tok, cur.seq_len, g, t, lane, st,
+                                                     leading_issued, &after);
 
     // ---- normalize with the sink term and store ------------------------------
     const float inv0 = 1.f / (st.l[0] + ptx::ex2(sink0 - st.m[0] * p.scale_log2));
     const float inv1 = 1.f / (st.l[1] + ptx::ex2(sink1 - st.m[1] * p.scale_log2));
     store_warp_out(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
-    ring_base += n_pages;
+    ring_base += cur.n_pages;
+    cur = next;
+    leading_issued = chain;
+    carried_bt = after.bt;
   }
   stamp<kTimeline>(p, kStampExit);
 }

@@ -138,7 +138,8 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
     // Persistent: as many warps as the GPU holds at once, or fewer with the
     // same largest number of pairs per warp; each warp loops over its pairs
     // with one ring instead of the grid running in waves whose CTAs each pay
-    // the whole prologue (swa128 b256: 37.1 against 37.7 us, device run 10).
+    // the whole prologue (swa128 b256: 37.1 against 37.7 us, device run 10;
+    // 35.5 once the ring goes on across pairs, run 12).
     int sms = 0, fit = 0;
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (err == cudaSuccess)

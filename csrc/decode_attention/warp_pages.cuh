@@ -220,13 +220,23 @@ __device__ __forceinline__ void load_q_fragments(const uint16_t* q_row, int t, u
   }
 }
 
+// The pages a warp streams after these (kChain): the next pair of a
+// persistent warp-per-head warp, its ring position going on from this pair's
+// end, and lane i's block id of its page i (i < 32). n_pages 0: none.
+struct NextPages {
+  WarpPages pages;
+  int bt;
+};
+
 // Streams all of the warp's pages through the online softmax (the leading
 // ones already issued); returns with st.l summed over the warp's lanes.
-template <int kStages>
+// kChain: the slots this stream frees last take `next`'s leading pages, so
+// the ring never drains between two pairs (needs w.n_pages >= kStages - 1).
+template <int kStages, bool kChain = false>
 __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int bt_next,
                                              const uint32_t (&q)[16], int start_tok, int seq_len,
                                              float scale_log2, int g, int t, int lane,
-                                             WarpState& st) {
+                                             WarpState& st, const NextPages* next = nullptr) {
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
@@ -243,9 +253,17 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
     // iteration) must be done before lane 0 hands it to the copy engine.
     __syncwarp();
     const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
-    if (kn < w.n_pages)
+    if (kn < w.n_pages) {
       issue_page(w.kv_head, w.stride_block, blk, w.slot_of<kStages>(kn), w.bar_of<kStages>(kn),
                  lane);
+    } else if constexpr (kChain) {
+      // Ring position ring_base + kn is the next pages' page kn - n_pages.
+      const int j = kn - w.n_pages;
+      const int next_blk = __shfl_sync(kFullMask, next->bt, j & 31);
+      if (j < kStages - 1 && j < next->pages.n_pages)
+        issue_page(next->pages.kv_head, next->pages.stride_block, next_blk,
+                   next->pages.slot_of<kStages>(j), next->pages.bar_of<kStages>(j), lane);
+    }
 
     ptx::mbarrier_wait_parity(w.bar_of<kStages>(k), w.parity_of<kStages>(k));
     const int page = w.first_page + k * w.step;
@@ -271,22 +289,27 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
 // would trigger its own at once and calls would pile up (swa128 b64: 17.0 us
 // against 11.0, device runs 9-10); after the stream, nothing overlaps.
 // (seq_lens, block tables and sinks are read before this: see kernel.cuh.)
-template <int kStages, bool kTimeline>
+// kChain (persistent warp-per-head): `leading_issued` says the previous
+// pair's stream already issued these pages' leading ones (past the wait, so
+// the current token's page too), and `next`'s are issued at this stream's end.
+template <int kStages, bool kTimeline, bool kChain = false>
 __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, const WarpPages& pages,
                                                        int bt_cur, int bt_next, int b, int kvh,
                                                        int start_tok, int seq_len, int g, int t,
-                                                       int lane, WarpState& st) {
+                                                       int lane, WarpState& st,
+                                                       bool leading_issued = false,
+                                                       const NextPages* next = nullptr) {
   const int current_page = (seq_len - 1) / kPageTokens;
-  issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
+  if (!leading_issued) issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
   stamp<kTimeline>(p, kStampPrologue);
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
   stamp<kTimeline>(p, kStampWaited);
-  issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
+  if (!leading_issued) issue_leading_pages<kStages>(pages, bt_cur, current_page, true, lane);
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
-  stream_pages<kStages>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t, lane,
-                        st);
+  stream_pages<kStages, kChain>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t,
+                                lane, st, next);
   stamp<kTimeline>(p, kStampStreamed);
 }
 
