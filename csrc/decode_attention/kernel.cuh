@@ -97,12 +97,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // ---- sequence extent ---------------------------------------------------
   // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
   // are written by host-to-device copies ahead of the forward, never by the
-  // kernel this one overlaps with. Out-of-contract values are clamped so that
-  // no read leaves the block table or the cache.
-  const int seq_len = min(max(p.seq_lens[b], 0), p.max_blocks * kPageTokens);
-  const int start_tok = p.window > 0 ? max(seq_len - p.window, 0) : 0;
-  const int start_page = start_tok / kPageTokens;
-  const int num_pages = (seq_len + kPageTokens - 1) / kPageTokens - start_page;
+  // kernel this one overlaps with.
+  const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
   // A split is active when each of its warps gets at least min_pages pages; a
   // cluster keeps every rank active (each one merges a slice of the dims).
   const int num_splits =

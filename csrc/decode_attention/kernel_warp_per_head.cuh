@@ -43,22 +43,16 @@ __device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t st
   }
 }
 
-// One (request, kv head) pair's attended span: pages start_page + k, k < n_pages
-// (n_pages <= 0: nothing to attend). seq_len is read before griddepcontrol.wait
-// (see kernel.cuh).
+// One (request, kv head) pair and its attended span (seq_extent). seq_len is
+// read before griddepcontrol.wait (see kernel.cuh).
 struct PairSpan {
-  int b, kvh, seq_len, start_tok, start_page, n_pages;
+  int b, kvh, seq_len, start_tok, start_page, num_pages;
 };
 
 __device__ __forceinline__ PairSpan pair_span(const DecodeParams& p, int pair, int raw_len) {
-  PairSpan s;
-  s.b = pair / p.num_kv_heads;
-  s.kvh = pair % p.num_kv_heads;
-  s.seq_len = min(max(raw_len, 0), p.max_blocks * kPageTokens);
-  s.start_tok = p.window > 0 ? max(s.seq_len - p.window, 0) : 0;
-  s.start_page = s.start_tok / kPageTokens;
-  s.n_pages = (s.seq_len + kPageTokens - 1) / kPageTokens - s.start_page;
-  return s;
+  const int b = pair / p.num_kv_heads, kvh = pair % p.num_kv_heads;
+  const SeqExtent e = seq_extent(p, raw_len);
+  return {b, kvh, e.seq_len, e.start_tok, e.start_page, e.num_pages};
 }
 
 // The pair's pages in the warp's ring, page k at ring position ring_base + k.
@@ -70,7 +64,7 @@ __device__ __forceinline__ WarpPages pair_pages(const DecodeParams& p, const Pai
                    p.num_blocks,
                    s.start_page,
                    1,
-                   s.n_pages,
+                   s.num_pages,
                    ring,
                    bars,
                    ring_base};
@@ -119,7 +113,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const float sink0 = p.sinks[cur.kvh * kGqa + 2 * t] * kLog2eF;
     const float sink1 = p.sinks[cur.kvh * kGqa + 2 * t + 1] * kLog2eF;
 
-    if (cur.n_pages <= 0) {
+    if (cur.num_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
       const float zeros[32] = {};
       store_warp_out(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
@@ -128,12 +122,12 @@ __global__ void __launch_bounds__(32 * kWarps)
       continue;
     }
 
-    // ---- this warp's pages: start_page + k, k < n_pages; then the next pair's
+    // ---- this warp's pages: start_page + k, k < num_pages; then the next pair's
     const WarpPages pages = pair_pages(p, cur, ring, bars, ring_base);
     const int bt_cur = leading_issued ? carried_bt : pages.block_at(lane);
     const int bt_next = pages.block_at(lane + 32);
-    NextPages after{pair_pages(p, next, ring, bars, ring_base + cur.n_pages), 0};
-    const bool chain = next.n_pages > 0 && cur.n_pages >= kStages - 1;
+    NextPages after{pair_pages(p, next, ring, bars, ring_base + cur.num_pages), 0};
+    const bool chain = next.num_pages > 0 && cur.num_pages >= kStages - 1;
     if (chain) after.bt = after.pages.block_at(lane);
     else after.pages.n_pages = 0;
     // NOTE: refilling the previous pair's slots needs no extra __syncwarp: the
@@ -153,7 +147,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const float inv0 = 1.f / (st.l[0] + ptx::ex2(sink0 - st.m[0] * p.scale_log2));
     const float inv1 = 1.f / (st.l[1] + ptx::ex2(sink1 - st.m[1] * p.scale_log2));
     store_warp_out(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
-    ring_base += cur.n_pages;
+    ring_base += cur.num_pages;
     cur = next;
     leading_issued = chain;
     carried_bt = after.bt;
