@@ -62,10 +62,12 @@ const Variant* find_variant(const LaunchConfig& cfg, bool timeline) {
   return nullptr;
 }
 
+// Devices whose per-kernel setup is cached (beyond: redone at every launch).
+constexpr int kMaxDevices = 64;
+
 // Dynamic shared memory above 48 KB and clusters above the portable 8 CTAs
 // must be opted into, once per kernel and device.
 cudaError_t prepare_kernel(const Variant& v, int device) {
-  constexpr int kMaxDevices = 64;
   static std::atomic<bool> done[kNumVariants][kMaxDevices] = {};
   const int idx = static_cast<int>(&v - kVariants);
   if (device < kMaxDevices && done[idx][device].load(std::memory_order_relaxed)) return cudaSuccess;
@@ -77,6 +79,35 @@ cudaError_t prepare_kernel(const Variant& v, int device) {
     err = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (err == cudaSuccess && device < kMaxDevices) done[idx][device] = true;
   return err;
+}
+
+// Dynamic shared memory of a launch. Non-sliding launches pad it so that at
+// most 8 / warps CTAs share an SM: with PDL the next grid's CTAs launch while
+// this one drains and would otherwise pile onto the first SMs to free up.
+int launch_smem_bytes(const Variant& v, bool sliding) {
+  if (sliding) return v.smem_bytes;
+  const int ctas_per_sm = std::max(1, 8 / v.warps);
+  return std::max(v.smem_bytes, kSmemPerSm / (ctas_per_sm + 1) + 1);
+}
+
+// CTAs of `v` the GPU holds at once (the persistent warp-per-head grid's
+// limit); asked once per kernel, device and padding, not at every launch.
+cudaError_t resident_ctas(const Variant& v, int device, bool sliding, int* ctas) {
+  static std::atomic<int> cache[kNumVariants][kMaxDevices][2] = {};
+  const int idx = static_cast<int>(&v - kVariants);
+  if (device < kMaxDevices) {
+    *ctas = cache[idx][device][sliding].load(std::memory_order_relaxed);
+    if (*ctas > 0) return cudaSuccess;
+  }
+  int sms = 0, fit = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess)
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, v.kernel, 32 * v.warps,
+                                                        launch_smem_bytes(v, sliding));
+  if (err != cudaSuccess) return err;
+  *ctas = std::max(sms * std::max(fit, 1), 1);
+  if (device < kMaxDevices) cache[idx][device][sliding].store(*ctas, std::memory_order_relaxed);
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -123,15 +154,6 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
   if (err == cudaSuccess) err = prepare_kernel(v, device);
   if (err != cudaSuccess) return err;
 
-  int smem = v.smem_bytes;
-  if (!sliding) {
-    // Pad shared memory so that at most 8 / num_warps CTAs share an SM: with
-    // PDL the next grid's CTAs launch while this one drains and would
-    // otherwise pile onto the first SMs to free up.
-    const int ctas_per_sm = std::max(1, 8 / cfg.num_warps);
-    smem = std::max(smem, kSmemPerSm / (ctas_per_sm + 1) + 1);
-  }
-
   cudaLaunchConfig_t launch = {};
   const int num_pairs = params.batch * params.num_kv_heads;
   if (v.warp_per_head) {
@@ -140,19 +162,17 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
     // with one ring instead of the grid running in waves whose CTAs each pay
     // the whole prologue (swa128 b256: 37.1 against 37.7 us, device run 10;
     // 35.5 once the ring goes on across pairs, run 12).
-    int sms = 0, fit = 0;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess)
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, v.kernel, 32 * cfg.num_warps, smem);
+    int ctas = 0;
+    err = resident_ctas(v, device, sliding, &ctas);
     if (err != cudaSuccess) return err;
-    const int warp_slots = std::max(sms * std::max(fit, 1), 1) * cfg.num_warps;
+    const int warp_slots = ctas * cfg.num_warps;
     const int pairs_per_warp = ceil_div(num_pairs, warp_slots);
     launch.gridDim = dim3(ceil_div(num_pairs, cfg.num_warps * pairs_per_warp));
   } else {
     launch.gridDim = dim3(cfg.num_splits, params.num_kv_heads, params.batch);
   }
   launch.blockDim = dim3(32 * cfg.num_warps);
-  launch.dynamicSmemBytes = smem;
+  launch.dynamicSmemBytes = launch_smem_bytes(v, sliding);
   launch.stream = stream;
   cudaLaunchAttribute attrs[2];
   int n = 0;
