@@ -207,7 +207,7 @@ def grid_table(rows, args, ceiling_tbps: float, sms: int, l2_bytes: int) -> str:
         calls = grid.num_calls(r, n, ceiling_tbps, args.target_us, args.min_calls, args.max_calls)
         paged = n * (r.num_blocks * r.block_bytes + r.qo_bytes)
         gpu_gb = (paged + (n * r.dense_bytes if "sdpa" in args.impl_list else 0)) / 1e9
-        cfg = grid.launch_config(r.batch, r.kv_heads, r.window is not None, sms)
+        cfg = grid.row_launch_config(r, sms)
         nsw = len(grid.sweep_candidates(r, sms, args.sweep_limit))
         lines.append("| " + " | ".join([
             r.name, str(r.batch), str(r.kv_heads), str(r.seq_len), str(r.window or "—"),
@@ -224,7 +224,7 @@ def _base_result(row: grid.Row, ceiling_tbps: float, n_sets: int, n_calls: int, 
         "set_bytes": row.set_bytes, "floor_us": row.floor_us(ceiling_tbps), "n_sets": n_sets,
         "n_calls": n_calls,
         "flint_default_config": grid.format_config(
-            grid.launch_config(row.batch, row.kv_heads, row.window is not None, sms)),
+            grid.row_launch_config(row, sms)),
         "impls": {},
     }
 
@@ -451,7 +451,7 @@ class Runner:
 
     def sweep(self, row, inp, refs, n_calls: int, default_us) -> dict:
         G = self.G
-        default = grid.launch_config(row.batch, row.kv_heads, row.window is not None, self.sms)
+        default = grid.row_launch_config(row, self.sms)
         sw = {"default": grid.format_config(default), "default_us": default_us, "candidates": []}
         try:
             base = G.make_flint(inp)

@@ -179,9 +179,11 @@ def num_calls(row: Row, sets: int, ceiling_tbps: float, target_us: float,
 Config = tuple  # (splits, warps, stages, min_pages, cluster 0/1)
 
 
-def launch_config(batch: int, num_kv_heads: int, sliding: bool, num_sms: int) -> Config:
+def launch_config(batch: int, num_kv_heads: int, sliding: bool, max_tokens: int,
+                  num_sms: int) -> Config:
     """The launcher's default (csrc/decode_attention/launch_config.h):
-    (splits, warps, stages, min_pages, cluster). Keep the two in step."""
+    (splits, warps, stages, min_pages, cluster); max_tokens = 16 x the block
+    tables' width. Keep the two in step."""
     num_bh = batch * num_kv_heads
     if sliding:
         if batch <= 2:
@@ -191,6 +193,8 @@ def launch_config(batch: int, num_kv_heads: int, sliding: bool, num_sms: int) ->
         if batch <= 16:
             return (1, 4, 2, 2, 0)
         return (1, 4, 3 if batch <= 64 else 2, 1, 0)
+    if num_bh <= 8 and max_tokens <= 1024:
+        return (8, 4, 2, 1, 1)
     if batch <= 2:
         return (max(1, num_sms // num_bh), 8, 2, 1, 0)
     if num_bh <= 8:
@@ -198,6 +202,12 @@ def launch_config(batch: int, num_kv_heads: int, sliding: bool, num_sms: int) ->
     if batch <= 4:
         return (max(1, num_sms // num_bh), 8, 2, 2, 0)
     return (max(1, 2 * num_sms // num_bh), 4, 3, 2, 0)
+
+
+def row_launch_config(row: Row, num_sms: int) -> Config:
+    """launch_config for a row's inputs (block tables num_pages wide)."""
+    return launch_config(row.batch, row.kv_heads, row.window is not None, 16 * row.num_pages,
+                         num_sms)
 
 
 def parse_config(text: str) -> Config:
@@ -232,7 +242,7 @@ def sweep_candidates(row: Row, num_sms: int, limit: int) -> list[Config]:
     differ from the default (then by how far splits moved), the default first,
     cut at ``limit``."""
     sliding = row.window is not None
-    d = launch_config(row.batch, row.kv_heads, sliding, num_sms)
+    d = row_launch_config(row, num_sms)
     s0 = d[0] if d[0] > 0 else 1
     splits = {max(1, round(s0 * f)) for f in (0.5, 0.75, 1.0, 1.5, 2.0, 4.0)}
     if sliding:

@@ -56,7 +56,9 @@ if grep -q "build ok" "$OUT/summary-build.txt"; then
     pkill -f compute-sanitizer; pkill -f pytest; pkill -f bench_decode ) &
   watchdog=$!
   wait $gpu0 $gpu1
-  kill $watchdog 2>/dev/null
+  # Its sleep too: it holds the output open, and the device call would last
+  # until the deadline (run 14 idled ~2 minutes that way).
+  pkill -P $watchdog 2>/dev/null; kill $watchdog 2>/dev/null
   if [ "${MULTI_DEVICE:-1}" = 1 ]; then
     RUN_TAG=both_ TEST_PATHS=tests/test_multi_device.py PYTEST_WORKERS=1 bash $check tests >"$OUT/both.out" 2>&1
   fi

@@ -162,8 +162,8 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results, raw = [], {}
     for row in grid.select_rows(args.rows, False):
-        cfg = grid.parse_config(args.config) if args.config else grid.launch_config(
-            row.batch, row.kv_heads, row.window is not None, sms)
+        cfg = (grid.parse_config(args.config) if args.config
+               else grid.row_launch_config(row, sms))
         r, raw[row.name] = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
         results.append(r)
         phases = ", ".join(f"{k} {v:.2f}" for k, v in r["cta_phase_us"].items())

@@ -12,6 +12,7 @@ from conftest import cuda_inputs as make_inputs
 from conftest import check_vs_f64 as check
 from conftest import needs_hopper
 
+from flint_attention.reference import make_paged_inputs
 from flint_attention.reference import reference_decode_attention as reference
 
 pytestmark = needs_hopper
@@ -147,3 +148,17 @@ def test_persistent_warp_per_head(launch_config, config, window, max_len):
         seq_lens[i] = 0
     q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 8, window)
     check_twice(q, kv, bt, sl, sinks, window, 128**-0.5, out)
+
+
+@pytest.mark.parametrize("max_blocks", [64, 65, 512])
+@pytest.mark.parametrize("batch,kvh", [(1, 8), (8, 1), (2, 4)])
+def test_heuristic_follows_block_table_width(launch_config, max_blocks, batch, kvh):
+    # The heuristic takes the 8-rank cluster when the block tables hold at
+    # most 1024 tokens (64 pages) and <= 8 (request, kv head) pairs, the split
+    # kernel otherwise: both must give the right answer for the same lengths.
+    launch_config(None)
+    seq_lens = torch.randint(0, 16 * 64 + 1, (batch,)).tolist()
+    seq_lens[0] = 16 * 64  # the longest the narrowest table holds
+    inp = make_paged_inputs(batch, seq_lens, kvh, None, "cuda", max_blocks=max_blocks)
+    check_twice(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, None, 128**-0.5,
+                inp.out)

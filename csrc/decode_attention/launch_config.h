@@ -3,6 +3,8 @@
 // captured CUDA graph stays valid for any sequence lengths.
 #pragma once
 
+#include <cstdint>
+
 namespace flint {
 
 struct LaunchConfig {
@@ -16,7 +18,9 @@ struct LaunchConfig {
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// The reference design's heuristic, with the changes the H200 sweeps of
+// The reference design's heuristic, from the batch size, kv heads, window,
+// the longest sequence the block tables can hold (max_tokens = 16 x their
+// width: a shape, so graph-safe) and the SM count, with the changes the H200 sweeps of
 // benchmarks/RESULTS.md showed to pay (2026-11-29 c9b5069, 2026-11-30 ee41244,
 // and with launch_dependents right after griddepcontrol.wait, device run 10):
 //  - sliding, 1..2 requests: a cluster of 4 splits of 4 warps (b1: 2.71 us
@@ -27,14 +31,17 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 //    4 warps and 3 stages (b64: 10.1 us against 11.1 with 2 stages; b256: 36.1
 //    against 37.1 with 8 warps, 2 stages);
 //  - sliding, other batches above 64: 2 stages, so 3 CTAs share an SM;
+//  - full, <= 8 (request, kv head) pairs, block tables of <= 1024 tokens: a
+//    cluster of 8 splits of 4 warps (b1 L1k: 3.82 us against 4.92 for 16
+//    splits and the last-CTA merge, device run 10; the cluster loses from
+//    L8k on, where its 64 CTAs stream too little);
 //  - full, 1..2 requests: min_pages 1 (b1 L1k: 5.6 vs 6.8 us);
 //  - full, more requests but <= 8 (request, kv head) pairs: 8 warps, min_pages 4
 //    (kv heads 1, b8 L8k: 12.4 vs 15.5 us);
 //  - full, 3..4 requests: as many 8-warp splits as the SMs take once (b4 L8k:
 //    35.7 vs 36.7 us for twice as many 4-warp splits).
-// Where the cluster merge wins (full b1 L1k: 4.7 vs 5.5 us) it loses at longer
-// sequences (b1 L8k: 15.7 vs 12.8 us), and the launch may not depend on them.
-inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool sliding, int num_sms) {
+inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool sliding,
+                                          int64_t max_tokens, int num_sms) {
   const int num_bh = batch * num_kv_heads;
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
   if (sliding) {
@@ -43,6 +50,7 @@ inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool slid
     if (batch <= 16) return {1, 4, 2, 2, false};
     return {1, 4, batch <= 64 ? 3 : 2, 1, false};
   }
+  if (num_bh <= 8 && max_tokens <= 1024) return {8, 4, 2, 1, true};
   if (batch <= 2) return {at_least_1(num_sms / num_bh), 8, 2, 1, false};
   if (num_bh <= 8) return {at_least_1(2 * num_sms / num_bh), 8, 2, 4, false};
   if (batch <= 4) return {at_least_1(num_sms / num_bh), 8, 2, 2, false};

@@ -21,9 +21,10 @@ namespace {
 
 // FLINT_LAUNCH_CONFIG="splits,warps,stages,min_pages,cluster" overrides the
 // heuristic for every launch while set (the benchmark's tuning mode).
-LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int num_sms) {
+LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int64_t max_tokens,
+                           int num_sms) {
   const char* env = std::getenv("FLINT_LAUNCH_CONFIG");
-  if (env == nullptr || *env == '\0') return default_launch_config(batch, num_kv_heads, sliding, num_sms);
+  if (env == nullptr || *env == '\0') return default_launch_config(batch, num_kv_heads, sliding, max_tokens, num_sms);
   LaunchConfig cfg{};
   int cluster = 0;
   char tail = 0;
@@ -64,7 +65,9 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
               "the GPU (grid y), got ", num_kv_heads);
 
   const bool sliding = window.has_value();
-  const LaunchConfig cfg = launch_config(batch, num_kv_heads, sliding, props->multiProcessorCount);
+  const LaunchConfig cfg = launch_config(batch, num_kv_heads, sliding,
+                                         block_tables.size(1) * kPageTokens,
+                                         props->multiProcessorCount);
   const std::string bad = check_launch_config(cfg, timeline != nullptr);
   TORCH_CHECK(bad.empty(), "flint.decode_attention: unsupported launch configuration: ", bad);
 
