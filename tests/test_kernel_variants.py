@@ -82,12 +82,33 @@ def test_default_heuristic(batch, num_kv_heads, window):
     check(out, reference(q, kv, bt, sl, sinks, window, scale))
 
 
-def test_many_splits(launch_config):
-    # 132 splits of one (request, kv head): what the heuristic picks for batch 1, 1 kv head.
-    q, kv, bt, sl, sinks, out = make_inputs([20000, 3000, 0, 1], 1, None)
+@pytest.mark.parametrize("seq_lens", [[20000], [20000, 3000, 0, 1]])
+def test_many_splits(launch_config, seq_lens):
+    # 132 splits of one (request, kv head): all active for one request on 132
+    # SMs (the most one last-CTA merge sees), a quarter of them with 4.
+    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 1, None)
     launch_config("132,8,2,1,0")
     torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.07, out)
     torch.cuda.synchronize()
+    check(out, reference(q, kv, bt, sl, sinks, None, 0.07))
+
+
+def test_splits_past_one_wave_stay_idle(launch_config):
+    # The split kernel keeps at most the CTAs the GPU holds at once active
+    # (one 8-warp CTA per SM): a grid twice that size computes bit for bit
+    # what the one-wave grid computes, the extra CTAs leave at once.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    kvh = 8
+    q, kv, bt, sl, sinks, out = make_inputs([8192, 3000], kvh, None)
+    cap = sms // (2 * kvh)
+    launch_config(f"{cap},8,2,1,0")
+    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.07, out)
+    one_wave = out.clone()
+    launch_config(f"{2 * cap},8,2,1,0")
+    out.fill_(float("nan"))
+    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.07, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, one_wave), "splits past one wave changed the result"
     check(out, reference(q, kv, bt, sl, sinks, None, 0.07))
 
 

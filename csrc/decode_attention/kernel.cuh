@@ -99,12 +99,14 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // are written by host-to-device copies ahead of the forward, never by the
   // kernel this one overlaps with.
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
-  // A split is active when each of its warps gets at least min_pages pages; a
-  // cluster keeps every rank active (each one merges a slice of the dims).
+  // A split is active when each of its warps gets at least min_pages pages and
+  // the active CTAs fit the GPU at once (max_active_splits); a cluster keeps
+  // every rank active (each one merges a slice of the dims).
   const int num_splits =
       kClusterSplits > 0
           ? max_splits
-          : min(max_splits, (num_pages + kWarps * p.min_pages - 1) / (kWarps * p.min_pages));
+          : min(min(max_splits, p.max_active_splits),
+                (num_pages + kWarps * p.min_pages - 1) / (kWarps * p.min_pages));
 
   if (num_pages <= 0) {
     // ---- empty sequence: zeros ----------------------------------------------

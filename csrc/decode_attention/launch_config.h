@@ -35,7 +35,11 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 //    cluster of 8 splits of 4 warps (b1 L1k: 3.82 us against 4.92 for 16
 //    splits and the last-CTA merge, device run 10; the cluster loses from
 //    L8k on, where its 64 CTAs stream too little);
-//  - full, 1..2 requests: min_pages 1 (b1 L1k: 5.6 vs 6.8 us);
+//  - full, 1..2 requests: min_pages 1 (b1 L1k: 5.6 vs 6.8 us), and twice as
+//    many splits as the SMs take once, of which the kernel keeps one wave
+//    active (max_active_splits) and the rest leave at once: b1 L8k 11.74 us
+//    against 12.17, b1 L32k 34.39 against 34.98 (device run 16; why the idle
+//    CTAs help is not measured);
 //  - full, more requests but <= 8 (request, kv head) pairs: 8 warps, min_pages 4
 //    (kv heads 1, b8 L8k: 12.4 vs 15.5 us);
 //  - full, 3..4 requests: as many 8-warp splits as the SMs take once (b4 L8k:
@@ -51,7 +55,7 @@ inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool slid
     return {1, 4, batch <= 64 ? 3 : 2, 1, false};
   }
   if (num_bh <= 8 && max_tokens <= 1024) return {8, 4, 2, 1, true};
-  if (batch <= 2) return {at_least_1(num_sms / num_bh), 8, 2, 1, false};
+  if (batch <= 2) return {at_least_1(2 * num_sms / num_bh), 8, 2, 1, false};
   if (num_bh <= 8) return {at_least_1(2 * num_sms / num_bh), 8, 2, 4, false};
   if (batch <= 4) return {at_least_1(num_sms / num_bh), 8, 2, 2, false};
   return {at_least_1(2 * num_sms / num_bh), 4, 3, 2, false};

@@ -47,6 +47,8 @@ struct DecodeParams {
   int window;       // attend to the last `window` positions; 0 = all
   int min_pages;    // a split is active when each of its warps gets >= this many pages
   float scale_log2; // softmax scale * log2(e)
+  int max_active_splits;  // split kernel: at most this many splits take pages (the CTAs the
+                          // GPU holds at once / (request, kv head) pairs; set by the launch)
 
   // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
   // written by the kTimeline kernels; nullptr for the operator. Last, so the
