@@ -158,30 +158,26 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
 
   cudaLaunchConfig_t launch = {};
   const int num_pairs = params.batch * params.num_kv_heads;
+  // Every launch but a cluster's is sized by the CTAs the GPU holds at once.
+  int ctas = 0;
+  if (!cfg.cluster) err = resident_ctas(v, device, sliding, &ctas);
+  if (err != cudaSuccess) return err;
   if (v.warp_per_head) {
     // Persistent: as many warps as the GPU holds at once, or fewer with the
     // same largest number of pairs per warp; each warp loops over its pairs
     // with one ring instead of the grid running in waves whose CTAs each pay
     // the whole prologue (swa128 b256: 37.1 against 37.7 us, device run 10;
     // 35.5 once the ring goes on across pairs, run 12).
-    int ctas = 0;
-    err = resident_ctas(v, device, sliding, &ctas);
-    if (err != cudaSuccess) return err;
     const int warp_slots = ctas * cfg.num_warps;
     const int pairs_per_warp = ceil_div(num_pairs, warp_slots);
     launch.gridDim = dim3(ceil_div(num_pairs, cfg.num_warps * pairs_per_warp));
   } else {
     launch.gridDim = dim3(cfg.num_splits, params.num_kv_heads, params.batch);
-    if (!cfg.cluster) {
-      // At most one wave of active splits: the splits past it stay idle (the
-      // batch 1-2 heuristic launches twice as many) instead of running a
-      // second wave (b1 L32k: 34.4 against 40.2 us with all 32 splits of 8
-      // warps active, device run 16).
-      int ctas = 0;
-      err = resident_ctas(v, device, sliding, &ctas);
-      if (err != cudaSuccess) return err;
-      p.max_active_splits = std::max(1, ctas / num_pairs);
-    }
+    // At most one wave of active splits: the splits past it stay idle (the
+    // batch 1-2 heuristic launches twice as many) instead of running a
+    // second wave (b1 L32k: 34.4 against 40.2 us with all 32 splits of 8
+    // warps active, device run 16). A cluster keeps every rank active.
+    if (!cfg.cluster) p.max_active_splits = std::max(1, ctas / num_pairs);
   }
   launch.blockDim = dim3(32 * cfg.num_warps);
   launch.dynamicSmemBytes = launch_smem_bytes(v, sliding);
