@@ -135,12 +135,27 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
         if written[i, cta, 5]:
             last_merge.append(ns[i, cta, 6] - ns[i, cta, 5])
     chain["final merge"] = med(last_merge) / 1e3
+    # Split and cluster kernels: the CTAs of (request, kv head) j are j * splits
+    # + 0 .. splits - 1 in launch order. Per pair, its CTAs' median entry and
+    # its end (last exit), after the previous call's end: pairs launched last
+    # enter last, when the previous call frees its SMs.
+    pairs = []
+    if cfg[0] > 0 and t.shape[1] % cfg[0] == 0:
+        for j in range(t.shape[1] // cfg[0]):
+            ctas = slice(j * cfg[0], (j + 1) * cfg[0])
+            entry, end = [], []
+            for i in calls:
+                active = written[i, ctas, 1]  # idle splits stamp their entry only
+                if active.any():
+                    entry.append(med(ns[i, ctas, 0][active]) - ends[i - 1])
+                    end.append(ns[i, ctas, 6][written[i, ctas, 6]].max() - ends[i - 1])
+            pairs.append({"entry_us": med(entry) / 1e3, "end_us": med(end) / 1e3})
     steps = np.diff(np.sort(np.unique(ns[written])))
     return {
         "row": row.name, "config": grid.format_config(cfg), "ctas": int(t.shape[1]),
         "calls": n_calls, "sets": n_sets, "period_us": med(period) / 1e3,
         "first_entry_us": med(first_entry) / 1e3, "wait_released_us": med(released) / 1e3,
-        "cta_phase_us": phases, "chain_us": chain,
+        "cta_phase_us": phases, "chain_us": chain, "pairs": pairs,
         "ctas_reaching": {s: int(w[..., k].sum()) for k, s in enumerate(STAMPS)},
         "globaltimer_step_ns": float(steps[steps > 0].min()) if (steps > 0).any() else None,
     }
@@ -157,14 +172,25 @@ def main() -> None:
     p.add_argument("--sm-ghz", type=float, default=1.98, help="SM clock for cycles -> ns")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--raw", help="also write every row's stamps here (.npz, [calls, ctas, stamps, ns|clock])")
+    p.add_argument("--from-raw", help="summarize the stamps a --raw file holds (no GPU needed; "
+                                      "the config is --config or the heuristic's at --sms)")
+    p.add_argument("--sms", type=int, default=132, help="with --from-raw: the GPU's SM count")
     args = p.parse_args()
-    G.import_flint()
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    saved = np.load(args.from_raw) if args.from_raw else None
+    if saved is None:
+        G.import_flint()
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+    else:
+        sms = args.sms
+        args.rows = ",".join(saved.files)
     results, raw = [], {}
     for row in grid.select_rows(args.rows, False):
         cfg = (grid.parse_config(args.config) if args.config
                else grid.row_launch_config(row, sms))
-        r, raw[row.name] = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
+        if saved is None:
+            r, raw[row.name] = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
+        else:
+            r = summarize(row, cfg, saved[row.name], 0, args.skip, args.sm_ghz)
         results.append(r)
         phases = ", ".join(f"{k} {v:.2f}" for k, v in r["cta_phase_us"].items())
         print(f"{r['row']} [{r['config']}, {r['ctas']} CTAs]: period {r['period_us']:.2f} µs, "
@@ -174,6 +200,10 @@ def main() -> None:
         chain = ", ".join(f"{k} {v:+.2f}" for k, v in r["chain_us"].items())
         print(f"  chain (µs after the previous call's end): released {r['wait_released_us']:+.2f}, "
               f"{chain}", flush=True)
+        if 0 < len(r["pairs"]) <= 16:
+            spread = ", ".join(f"{q['entry_us']:+.2f}/{q['end_us']:+.2f}" for q in r["pairs"])
+            print(f"  per (request, kv head) in launch order, median entry/end (µs after the "
+                  f"previous call's end): {spread}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if args.raw:
