@@ -175,22 +175,37 @@ def main() -> None:
     p.add_argument("--from-raw", help="summarize the stamps a --raw file holds (no GPU needed; "
                                       "the config is --config or the heuristic's at --sms)")
     p.add_argument("--sms", type=int, default=132, help="with --from-raw: the GPU's SM count")
+    p.add_argument("--env", action="append", default=[], metavar="FLINT_VAR=VALUE",
+                   help="also run every row with this diagnostic variable set (repeatable)")
     args = p.parse_args()
+    envs = [None] + [e.split("=", 1) for e in args.env]
+    if any(len(e) != 2 or not e[0].startswith("FLINT_") for e in envs[1:]):
+        p.error("--env takes FLINT_VAR=VALUE")
     saved = np.load(args.from_raw) if args.from_raw else None
     if saved is None:
         G.import_flint()
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-    else:
+        runs = [(r, e, r.name if e is None else f"{r.name}[{e[0]}={e[1]}]")
+                for r in grid.select_rows(args.rows, False) for e in envs]
+    else:  # saved keys: row names, with [FLINT_VAR=VALUE] for --env runs
         sms = args.sms
-        args.rows = ",".join(saved.files)
+        runs = [(grid.select_rows(k.split("[")[0], False)[0], None, k) for k in saved.files]
     results, raw = [], {}
-    for row in grid.select_rows(args.rows, False):
+    for row, env, key in runs:
         cfg = (grid.parse_config(args.config) if args.config
                else grid.row_launch_config(row, sms))
         if saved is None:
-            r, raw[row.name] = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
+            if env is not None:
+                os.environ[env[0]] = env[1]
+            try:
+                r, raw[key] = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
+            finally:
+                if env is not None:
+                    os.environ.pop(env[0], None)
+            r["row"] = key
         else:
-            r = summarize(row, cfg, saved[row.name], 0, args.skip, args.sm_ghz)
+            r = summarize(row, cfg, saved[key], 0, args.skip, args.sm_ghz)
+            r["row"] = key
         results.append(r)
         phases = ", ".join(f"{k} {v:.2f}" for k, v in r["cta_phase_us"].items())
         print(f"{r['row']} [{r['config']}, {r['ctas']} CTAs]: period {r['period_us']:.2f} µs, "
