@@ -5,6 +5,7 @@ Imported only when a CUDA GPU is there."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -280,6 +281,22 @@ def make_flint(inp: RowInputs) -> Impl:
     return Impl(fns, True, "", outs)
 
 
+@contextlib.contextmanager
+def environ(env: dict):
+    """The environment variables ``env`` set inside the block, as they were
+    after it (the launcher reads FLINT_* at every call)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def flint_with_env(impl: Impl, env: dict) -> Impl:
     """Wrap each call so the environment variables ``env`` are set while it
     runs (eagerly, or while a graph captures it: the graph keeps the launch
@@ -287,16 +304,8 @@ def flint_with_env(impl: Impl, env: dict) -> Impl:
 
     def wrap(f):
         def call():
-            old = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with environ(env):
                 return f()
-            finally:
-                for k, v in old.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         return call
 
     note = " ".join(f"{k}={v}" for k, v in env.items())

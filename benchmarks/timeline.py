@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -49,7 +48,10 @@ def num_ctas(row: grid.Row, cfg: tuple) -> int:
     return -(-pairs // cfg[1]) if cfg[0] == 0 else pairs * cfg[0]
 
 
-def run_row(row: grid.Row, cfg: tuple, n_calls: int, skip: int, sm_ghz: float) -> dict:
+def run_row(row: grid.Row, cfg: tuple, n_calls: int, skip: int, sm_ghz: float,
+            env: dict) -> dict:
+    """env: FLINT_* diagnostic variables set, with the config, while the calls
+    are captured (the graph keeps the launches chosen then)."""
     op = torch.ops.flint_testing.decode_attention_timeline
     n_sets = grid.num_sets(row, 2 * grid.L2_BYTES_DEFAULT)
     n_calls = max(n_calls, n_sets)  # one rotation over all sets: L2 stays cold
@@ -63,8 +65,7 @@ def run_row(row: grid.Row, cfg: tuple, n_calls: int, skip: int, sm_ghz: float) -
         op(s.q, s.kv, s.block_tables, inp.seq_lens, inp.sinks, row.window, grid.SCALE,
            outs[i % n_sets], timeline[i])
 
-    os.environ[G.FLINT_ENV] = grid.format_config(cfg)
-    try:
+    with G.environ({G.FLINT_ENV: grid.format_config(cfg), **env}):
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -75,8 +76,6 @@ def run_row(row: grid.Row, cfg: tuple, n_calls: int, skip: int, sm_ghz: float) -
         with torch.cuda.graph(graph, stream=stream):
             for i in range(n_calls):
                 call(i)
-    finally:
-        os.environ.pop(G.FLINT_ENV, None)
     graph.replay()  # warm
     timeline.zero_()
     graph.replay()
@@ -178,34 +177,28 @@ def main() -> None:
     p.add_argument("--env", action="append", default=[], metavar="FLINT_VAR=VALUE",
                    help="also run every row with this diagnostic variable set (repeatable)")
     args = p.parse_args()
-    envs = [None] + [e.split("=", 1) for e in args.env]
-    if any(len(e) != 2 or not e[0].startswith("FLINT_") for e in envs[1:]):
+    envs = [e.split("=", 1) for e in args.env]
+    if any(len(e) != 2 or not e[0].startswith("FLINT_") for e in envs):
         p.error("--env takes FLINT_VAR=VALUE")
+    envs = [{}] + [{k: v} for k, v in envs]
     saved = np.load(args.from_raw) if args.from_raw else None
     if saved is None:
         G.import_flint()
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        runs = [(r, e, r.name if e is None else f"{r.name}[{e[0]}={e[1]}]")
+        runs = [(r, e, r.name + "".join(f"[{k}={v}]" for k, v in e.items()))
                 for r in grid.select_rows(args.rows, False) for e in envs]
     else:  # saved keys: row names, with [FLINT_VAR=VALUE] for --env runs
         sms = args.sms
-        runs = [(grid.select_rows(k.split("[")[0], False)[0], None, k) for k in saved.files]
+        runs = [(grid.select_rows(k.split("[")[0], False)[0], {}, k) for k in saved.files]
     results, raw = [], {}
     for row, env, key in runs:
         cfg = (grid.parse_config(args.config) if args.config
                else grid.row_launch_config(row, sms))
         if saved is None:
-            if env is not None:
-                os.environ[env[0]] = env[1]
-            try:
-                r, raw[key] = run_row(row, cfg, args.calls, args.skip, args.sm_ghz)
-            finally:
-                if env is not None:
-                    os.environ.pop(env[0], None)
-            r["row"] = key
+            r, raw[key] = run_row(row, cfg, args.calls, args.skip, args.sm_ghz, env)
         else:
             r = summarize(row, cfg, saved[key], 0, args.skip, args.sm_ghz)
-            r["row"] = key
+        r["row"] = key
         results.append(r)
         phases = ", ".join(f"{k} {v:.2f}" for k, v in r["cta_phase_us"].items())
         print(f"{r['row']} [{r['config']}, {r['ctas']} CTAs]: period {r['period_us']:.2f} µs, "
