@@ -32,6 +32,8 @@ Ceiling and the numbers in every row
 
 flint-nopdl (--impls ...,nopdl): flint launched without programmatic dependent
 launch (FLINT_PDL=0), to show what PDL buys in a chain of calls.
+flint[VAR=VALUE] (--impls ...,flint:VAR=VALUE): flint with a FLINT_* diagnostic
+variable set, an A/B in one run (e.g. flint:FLINT_MAX_ACTIVE_SPLITS=15).
 
 Peers (same inputs, same run; one that cannot run is reported missing, with
 the exception text, never estimated)
@@ -163,12 +165,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(str(e))
     default_impls = "flint" if args.sweep else "flint,xqa,sdpa"
     args.impl_list = [s.strip() for s in (args.impls or default_impls).split(",") if s.strip()]
-    bad = [s for s in args.impl_list if s not in IMPLS]
+    bad = [s for s in args.impl_list if s not in IMPLS and not _env_impl(s)]
     if bad:
         p.error(f"unknown implementation(s) {bad}; choose from {IMPLS}")
     if args.reps < 1 or args.sweep_limit < 1:
         p.error("--reps and --sweep-limit must be >= 1")
     return args
+
+
+def _env_impl(key: str):
+    """'flint:VAR=VALUE' (an A/B of a diagnostic variable in one run) -> (VAR, VALUE)."""
+    if not key.startswith("flint:") or "=" not in key:
+        return None
+    var, value = key[len("flint:"):].split("=", 1)
+    return (var, value) if var.startswith("FLINT_") else None
 
 
 def _target_bytes(args, l2_bytes: int) -> int:
@@ -396,6 +406,10 @@ class Runner:
                                 lambda inp, cfg=cfg: G.flint_with_config(G.make_flint(inp), cfg)))
             elif key == "nopdl":
                 out.append(("flint-nopdl", G.make_flint_nopdl))
+            elif _env_impl(key):
+                var, value = _env_impl(key)
+                out.append((f"flint[{var}={value}]", lambda inp, e={var: value}:
+                            G.flint_with_env(G.make_flint(inp), e)))
             elif key == "xqa":
                 out.append(("fi-xqa", G.make_xqa))
             elif key == "fa2":

@@ -191,6 +191,26 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       p.part_ml[row * 2 * kGqa + eh] = m_cta;
       p.part_ml[row * 2 * kGqa + kGqa + eh] = l_cta;
     }
+    if (p.warp_merge) {
+      // ---- each warp: arrive for its heads, merge them if last ---------------
+      // NOTE: bar.warp.sync orders the lanes' partial stores before lane 0's
+      // release, and lane 0's acquire before the lanes' loads of the other
+      // splits' partials (ld.global.cg, never from L1).
+      __syncwarp();
+      int* counter = p.counters + int64_t(bh) * kWarps + warp;
+      int arrival = 0;
+      if (lane == 0) arrival = ptx::atomic_add_acq_rel_gpu(counter, 1);
+      arrival = __shfl_sync(kFullMask, arrival, 0);
+      __syncwarp();
+      stamp<kTimeline>(p, kStampArrived);
+      if (arrival == num_splits - 1) {
+        merge_splits_warp<kWarps>(p, bh, num_splits, eh, ed, sink_scaled, out_row);
+        // The counter resets itself for the next launch on this stream.
+        if (lane == 0) ptx::st_relaxed_gpu(counter, 0);
+      }
+      stamp<kTimeline>(p, kStampExit);
+      return;
+    }
     // NOTE: bar.sync orders every thread's partial stores before thread 0's
     // release; the acquire half makes the other splits' partials visible to
     // the CTA that arrives last (read with ld.global.cg, never from L1).

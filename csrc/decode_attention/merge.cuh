@@ -93,6 +93,69 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
   store_out<E>(out_row + ed, o, 1.f / (l + ptx::ex2(sink_scaled - m_scaled)));
 }
 
+// Last warp to arrive for warp slot `warp` of (request, kv head) `bh`: merges
+// the heads that warp holds (kGqa / kWarps; lane owns dims [ed, ed + E) of
+// head eh) from all `num_splits` fp32 partials, in registers: each lane loads
+// the (m, l) of its own head with the partial O it weighs, so no shared
+// memory, no __syncthreads and no shuffle stands between the loads and the
+// sums. Chunks of kChunk splits keep 64 floats of O in flight per lane.
+template <int kWarps>
+__device__ __forceinline__ void merge_splits_warp(const DecodeParams& p, int bh, int num_splits,
+                                                  int eh, int ed, float sink_scaled,
+                                                  uint16_t* out_row) {
+  constexpr int E = kGqa * kHeadDim / (32 * kWarps);
+  constexpr int kChunk = 64 / E;
+  const int64_t row0 = int64_t(bh) * gridDim.x;
+  const float* po = p.part_o + row0 * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+  // Split s: m at pm[2 kGqa s], l at pm[2 kGqa s + kGqa].
+  const float* pm = p.part_ml + row0 * 2 * kGqa + eh;
+  float4 v[kChunk][E / 4];
+  float mv[kChunk], lv[kChunk];
+  auto load_chunk = [&](int s0) {
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      // Splits past the last weigh 0 (m = -inf, l = 0, O = 0).
+      const int s = s0 + c;
+      const bool in = s < num_splits;
+      mv[c] = in ? ptx::ld_global_cg_f32(pm + s * 2 * kGqa) : neg_inf();
+      lv[c] = in ? ptx::ld_global_cg_f32(pm + s * 2 * kGqa + kGqa) : 0.f;
+#pragma unroll
+      for (int i = 0; i < E / 4; ++i)
+        v[c][i] = in ? ptx::ld_global_cg_f32x4(po + int64_t(s) * (kGqa * kHeadDim) + 4 * i)
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  load_chunk(0);
+  // The max over all splits: the first chunk's from registers, any further
+  // split's m loaded on its own (more than kChunk splits only).
+  float m = neg_inf();
+#pragma unroll
+  for (int c = 0; c < kChunk; ++c) m = fmaxf(m, mv[c]);
+  for (int s = kChunk; s < num_splits; ++s) m = fmaxf(m, ptx::ld_global_cg_f32(pm + s * 2 * kGqa));
+  const float m_scaled = m * p.scale_log2;
+
+  float l = 0.f, o[E] = {};
+  for (int s0 = 0;;) {
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      // Every active split saw at least one token: m_s finite; padding: 2^-inf = 0.
+      const float w = ptx::ex2(fmaf(mv[c], p.scale_log2, -m_scaled));
+      l += w * lv[c];
+#pragma unroll
+      for (int i = 0; i < E / 4; ++i) {
+        o[4 * i] += w * v[c][i].x;
+        o[4 * i + 1] += w * v[c][i].y;
+        o[4 * i + 2] += w * v[c][i].z;
+        o[4 * i + 3] += w * v[c][i].w;
+      }
+    }
+    s0 += kChunk;
+    if (s0 >= num_splits) break;
+    load_chunk(s0);
+  }
+  store_out<E>(out_row + ed, o, 1.f / (l + ptx::ex2(sink_scaled - m_scaled)));
+}
+
 // In the cluster merge, rank r owns dims [r D, (r + 1) D) of all 8 heads, 8 D
 // outputs: the first kThreads threads take kPerThread consecutive dims of one
 // head each (with 16 ranks of 8 warps, half the threads have none).

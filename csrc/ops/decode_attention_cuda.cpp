@@ -37,6 +37,13 @@ LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int64_t ma
   return cfg;
 }
 
+// EXPERIMENT (branch exp/warp-merge): FLINT_WARP_MERGE=0 selects the
+// CTA-wide arrival and merge; unset or 1: each warp arrives and merges its heads.
+bool warp_merge_enabled() {
+  const char* env = std::getenv("FLINT_WARP_MERGE");
+  return env == nullptr || std::string(env) != "0";
+}
+
 bool pdl_enabled() {
   const char* env = std::getenv("FLINT_PDL");
   return env == nullptr || std::string(env) != "0";
@@ -91,6 +98,7 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
+  p.warp_merge = warp_merge_enabled() ? 1 : 0;
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;

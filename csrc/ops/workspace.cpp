@@ -73,7 +73,7 @@ WorkspaceLease lease_workspace(const at::Device& device, cudaStream_t stream) {
     DeviceState st;
     st.part_o = at::empty({max_partials, kGqa, kHeadDim}, f32);
     st.part_ml = at::empty({max_partials, 2, kGqa}, f32);
-    st.counters = at::zeros({max_partials}, f32.dtype(at::kInt));
+    st.counters = at::zeros({max_partials * kGqa}, f32.dtype(at::kInt));
     st.ws = {st.part_o.data_ptr<float>(), st.part_ml.data_ptr<float>(),
              st.counters.data_ptr<int32_t>(), max_partials};
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&st.eager.done, cudaEventDisableTiming));

@@ -31,6 +31,13 @@ __device__ __forceinline__ float4 ld_global_cg_f32x4(const float* ptr) {
   return v;
 }
 
+// ld.global.cg.f32
+__device__ __forceinline__ float ld_global_cg_f32(const float* ptr) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(ptr) : "memory");
+  return v;
+}
+
 // st.global.v4.b32
 __device__ __forceinline__ void st_global_u32x4(void* ptr, uint32_t a, uint32_t b, uint32_t c,
                                                 uint32_t d) {
