@@ -32,8 +32,8 @@ Ceiling and the numbers in every row
 
 flint-nopdl (--impls ...,nopdl): flint launched without programmatic dependent
 launch (FLINT_PDL=0), to show what PDL buys in a chain of calls.
-flint[VAR=VALUE] (--impls ...,flint:VAR=VALUE): flint with a FLINT_* diagnostic
-variable set, an A/B in one run (e.g. flint:FLINT_MAX_ACTIVE_SPLITS=15).
+flint[VAR=VALUE] (--impls ...,flint:VAR=VALUE[+VAR=VALUE...]): flint with FLINT_*
+diagnostic variables set, an A/B in one run (e.g. flint:FLINT_PDL=0).
 
 Peers (same inputs, same run; one that cannot run is reported missing, with
 the exception text, never estimated)
@@ -174,11 +174,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _env_impl(key: str):
-    """'flint:VAR=VALUE' (an A/B of a diagnostic variable in one run) -> (VAR, VALUE)."""
-    if not key.startswith("flint:") or "=" not in key:
+    """'flint:VAR=VALUE[+VAR=VALUE...]' (an A/B of diagnostic variables in one run)
+    -> {VAR: VALUE}, or None."""
+    if not key.startswith("flint:"):
         return None
-    var, value = key[len("flint:"):].split("=", 1)
-    return (var, value) if var.startswith("FLINT_") else None
+    env = {}
+    for item in key[len("flint:"):].split("+"):
+        var, eq, value = item.partition("=")
+        if not eq or not var.startswith("FLINT_"):
+            return None
+        env[var] = value
+    return env
 
 
 def _target_bytes(args, l2_bytes: int) -> int:
@@ -407,8 +413,9 @@ class Runner:
             elif key == "nopdl":
                 out.append(("flint-nopdl", G.make_flint_nopdl))
             elif _env_impl(key):
-                var, value = _env_impl(key)
-                out.append((f"flint[{var}={value}]", lambda inp, e={var: value}:
+                env = _env_impl(key)
+                name = "+".join(f"{k}={v}" for k, v in env.items())
+                out.append((f"flint[{name}]", lambda inp, e=env:
                             G.flint_with_env(G.make_flint(inp), e)))
             elif key == "xqa":
                 out.append(("fi-xqa", G.make_xqa))

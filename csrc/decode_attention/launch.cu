@@ -17,20 +17,18 @@ struct Variant {
   bool timeline;         // records the diagnostic timeline (params.timeline)
   KernelFn kernel;
   int smem_bytes;        // SmemPlan::kBytes
-  int max_merge_splits;  // SmemPlan::kMaxMergeSplits
 };
 
 template <int W, int S, int C, bool T = false>
 constexpr Variant variant() {
   using Plan = SmemPlan<W, S, C>;
-  return {W, S, C, false, T, &decode_attention_kernel<W, S, C, T>, Plan::kBytes,
-          Plan::kMaxMergeSplits};
+  return {W, S, C, false, T, &decode_attention_kernel<W, S, C, T>, Plan::kBytes};
 }
 
 template <int W, int S, bool T = false>
 constexpr Variant warp_per_head_variant() {
   using Plan = SmemPlan<W, S, 0>;
-  return {W, S, 0, true, T, &decode_attention_warp_per_head_kernel<W, S, T>, Plan::kBytes, 0};
+  return {W, S, 0, true, T, &decode_attention_warp_per_head_kernel<W, S, T>, Plan::kBytes};
 }
 
 // The compiled variants: the reference heuristic's choices plus neighbours for
@@ -133,10 +131,6 @@ std::string check_launch_config(const LaunchConfig& cfg, bool timeline) {
   if (cfg.num_splits < 0 || cfg.min_pages < 1)
     return "num_splits must be >= 0 (0: one warp per (request, kv head)) and min_pages >= 1, "
            "got " + std::to_string(cfg.num_splits) + " and " + std::to_string(cfg.min_pages);
-  if (!v->warp_per_head && !cfg.cluster && cfg.num_splits > v->max_merge_splits)
-    return "at most " + std::to_string(v->max_merge_splits) + " splits fit the merge buffer of " +
-           std::to_string(cfg.num_warps) + " warps x " + std::to_string(cfg.num_stages) +
-           " stages, got " + std::to_string(cfg.num_splits);
   return {};
 }
 

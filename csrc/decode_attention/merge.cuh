@@ -1,5 +1,5 @@
-// Merging the splits of one (request, kv head): in the last CTA to arrive, from
-// fp32 partials in global memory, or inside a thread-block cluster through
+// Merging the splits of one (request, kv head): in the last warp to arrive for
+// each head, from fp32 partials in global memory, or inside a thread-block cluster through
 // distributed shared memory. Both finish softmax with the sink term:
 //   out = sum_s w_s O_s / (sum_s w_s l_s + 2^(sink log2(e) - M c)),
 //   w_s = 2^(m_s c - M c), M = max_s m_s, c = scale log2(e).
@@ -13,86 +13,6 @@
 
 namespace flint::detail {
 
-// Last CTA of (request, kv head) `bh`: merges its `num_splits` fp32 partials.
-// `ml` is shared scratch: [split][m[8], l -> weight[8]], then the scaled max
-// and the weighted sum per head.
-template <int kWarps>
-__device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, int bh,
-                                             int num_splits, int tid, int eh, int ed,
-                                             float sink_scaled, uint16_t* out_row) {
-  constexpr int E = kGqa * kHeadDim / (32 * kWarps);
-  // Rounds of kChunk splits keep 64 floats of loads in flight per thread.
-  constexpr int kChunk = 64 / E;
-  const int64_t row0 = int64_t(bh) * gridDim.x;
-  const float* po = p.part_o + row0 * (kGqa * kHeadDim) + eh * kHeadDim + ed;
-  float4 v[kChunk][E / 4];
-  auto load_chunk = [&](int s0) {
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      // Splits past the last weigh 0: zeros, not a repeat load of the last.
-      const int s = s0 + c;
-#pragma unroll
-      for (int i = 0; i < E / 4; ++i)
-        v[c][i] = s < num_splits
-                      ? ptx::ld_global_cg_f32x4(po + int64_t(s) * (kGqa * kHeadDim) + 4 * i)
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  };
-  // NOTE: the first round of partial O is loaded before the (m, l) phase, so
-  // its L2 latency overlaps the weights' instead of following it.
-  load_chunk(0);
-  for (int i = tid; i < num_splits * 4; i += 32 * kWarps) {
-    const float4 x = ptx::ld_global_cg_f32x4(p.part_ml + row0 * 2 * kGqa + 4 * i);
-    *reinterpret_cast<float4*>(&ml[4 * i]) = x;
-  }
-  __syncthreads();
-
-  // Warp w owns heads w, w + kWarps; its lanes stride over the splits. Every
-  // active split saw at least one token, so every m_s is finite.
-  const int warp = tid / 32, lane = tid % 32;
-  for (int h = warp; h < kGqa; h += kWarps) {
-    float m = neg_inf();
-    for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, ml[16 * s + h]);
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, off));
-    const float m_scaled = m * p.scale_log2;
-    float l = 0.f;
-    for (int s = lane; s < num_splits; s += 32) {
-      const float w = ptx::ex2(fmaf(ml[16 * s + h], p.scale_log2, -m_scaled));
-      l += w * ml[16 * s + kGqa + h];
-      ml[16 * s + kGqa + h] = w;
-    }
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) l += __shfl_xor_sync(kFullMask, l, off);
-    if (lane == 0) {
-      ml[16 * num_splits + h] = m_scaled;
-      ml[16 * num_splits + kGqa + h] = l;
-    }
-  }
-  __syncthreads();
-
-  float o[E] = {};
-  for (int s0 = 0;;) {
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const float w = s0 + c < num_splits ? ml[16 * (s0 + c) + kGqa + eh] : 0.f;
-#pragma unroll
-      for (int i = 0; i < E / 4; ++i) {
-        o[4 * i] += w * v[c][i].x;
-        o[4 * i + 1] += w * v[c][i].y;
-        o[4 * i + 2] += w * v[c][i].z;
-        o[4 * i + 3] += w * v[c][i].w;
-      }
-    }
-    s0 += kChunk;
-    if (s0 >= num_splits) break;
-    load_chunk(s0);
-  }
-  const float m_scaled = ml[16 * num_splits + eh];
-  const float l = ml[16 * num_splits + kGqa + eh];
-  store_out<E>(out_row + ed, o, 1.f / (l + ptx::ex2(sink_scaled - m_scaled)));
-}
-
 // Last warp to arrive for warp slot `warp` of (request, kv head) `bh`: merges
 // the heads that warp holds (kGqa / kWarps; lane owns dims [ed, ed + E) of
 // head eh) from all `num_splits` fp32 partials, in registers: each lane loads
@@ -100,7 +20,7 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* ml, i
 // memory, no __syncthreads and no shuffle stands between the loads and the
 // sums. Chunks of kChunk splits keep 64 floats of O in flight per lane.
 template <int kWarps>
-__device__ __forceinline__ void merge_splits_warp(const DecodeParams& p, int bh, int num_splits,
+__device__ __forceinline__ void merge_splits(const DecodeParams& p, int bh, int num_splits,
                                                   int eh, int ed, float sink_scaled,
                                                   uint16_t* out_row) {
   constexpr int E = kGqa * kHeadDim / (32 * kWarps);

@@ -27,21 +27,16 @@ struct SmemPlan {
   // Page ring: kStages slots of 8 KB per warp; one mbarrier per slot.
   static constexpr int kRingBytes = kWarps * kStages * kPageBytes;
   static constexpr int kBarOffset = kRingBytes;
-  // One int: the arrival count the last-CTA merge broadcasts.
-  static constexpr int kFlagOffset = kBarOffset + kWarps * kStages * 8;
-  static constexpr int kClusterOffset = kFlagOffset + 16;
+  static constexpr int kClusterOffset = kBarOffset + kWarps * kStages * 8;
   static constexpr int kBytes = kClusterOffset + ClusterBufPlan<kClusterSplits>::kFloats * 4;
 
-  // After streaming, the ring is reused: per warp O as [head][dim] then m[8],
-  // l[8]; behind them the last-CTA merge's per-split (m, l) and weights.
+  // After streaming, the ring is reused for the CTA merge: per warp O as
+  // [head][dim] then m[8], l[8].
   static constexpr int kWarpM = kGqa * kHeadDim;
   static constexpr int kWarpL = kWarpM + kGqa;
   static constexpr int kWarpBufFloats = kWarpL + kGqa;
-  static constexpr int kMergeFloats = kRingBytes / 4 - kWarps * kWarpBufFloats;
-  // Splits the last-CTA merge can take: 16 floats each plus 16 for the totals.
-  static constexpr int kMaxMergeSplits = kMergeFloats / 16 - 1;
 
-  static_assert(kMaxMergeSplits >= 64, "the ring must hold the merge buffers");
+  static_assert(kWarps * kWarpBufFloats * 4 <= kRingBytes, "the ring holds the merge buffers");
   static_assert(kBarOffset % 128 == 0 && kClusterOffset % 16 == 0, "alignment");
   static_assert(kBytes <= 227 * 1024, "fits one CTA's shared memory");
 };

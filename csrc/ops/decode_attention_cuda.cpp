@@ -37,10 +37,10 @@ LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int64_t ma
   return cfg;
 }
 
-// EXPERIMENT (branch exp/warp-merge): FLINT_WARP_MERGE=0 selects the
-// CTA-wide arrival and merge; unset or 1: each warp arrives and merges its heads.
-bool warp_merge_enabled() {
-  const char* env = std::getenv("FLINT_WARP_MERGE");
+// EXPERIMENT (branch exp/warp-merge): FLINT_EARLY_BLOCK_IDS=0,
+// FLINT_ACTIVE_FIRST=0 switch those off (see params.h); unset or 1: on.
+bool switch_on(const char* name) {
+  const char* env = std::getenv(name);
   return env == nullptr || std::string(env) != "0";
 }
 
@@ -98,7 +98,8 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
-  p.warp_merge = warp_merge_enabled() ? 1 : 0;
+  p.early_block_ids = switch_on("FLINT_EARLY_BLOCK_IDS") ? 1 : 0;
+  p.active_first = switch_on("FLINT_ACTIVE_FIRST") ? 1 : 0;
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;
