@@ -66,27 +66,6 @@ __device__ __forceinline__ float4 read_warp_o(const float* buf, int h, int d) {
   return (h & 2) ? make_float4(x.z, x.w, x.x, x.y) : x;
 }
 
-// EXPERIMENT (p.active_first): the launch order (x fastest) runs the active
-// splits of every pair first, A = at most max_active_splits per pair, then
-// the idle ones, so no idle CTA takes an SM before a later pair's active one.
-__device__ __forceinline__ void active_first_cta(const DecodeParams& p, int& split, int& kvh,
-                                                 int& b) {
-  const int max_splits = gridDim.x, pairs = gridDim.y * gridDim.z;
-  const int a = min(max_splits, p.max_active_splits);
-  const int i = blockIdx.x + max_splits * (blockIdx.y + gridDim.y * blockIdx.z);
-  int pair;
-  if (i < a * pairs) {
-    pair = i / a;
-    split = i % a;
-  } else {
-    const int r = i - a * pairs, idle = max_splits - a;
-    pair = r / idle;
-    split = a + r % idle;
-  }
-  kvh = pair % gridDim.y;
-  b = pair / gridDim.y;
-}
-
 }  // namespace detail
 
 template <int kWarps, int kStages, int kClusterSplits, bool kTimeline = false>
@@ -100,12 +79,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   extern __shared__ __align__(128) uint8_t smem[];
   stamp<kTimeline>(p, kStampEntry);
-  int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int max_splits = gridDim.x;
-  // (max_splits > 1: the workspace then bounds the grid's CTAs, no overflow.)
-  if (kClusterSplits == 0 && p.active_first && max_splits > 1) active_first_cta(p, split, kvh, b);
-  const int tid = threadIdx.x;
-  const int g = (tid % 32) >> 2, t = tid & 3;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t = lane & 3;
   const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
   const int bh = b * p.num_kv_heads + kvh;
   uint16_t* out_row = p.out + b * p.out_stride_b + (kvh * kGqa + eh) * p.out_stride_h;
@@ -121,26 +98,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
   // are written by host-to-device copies ahead of the forward, never by the
   // kernel this one overlaps with.
-  // EXPERIMENT (p.early_block_ids): full attention: this warp's first 64 block
-  // ids are loaded with seq_len, for the split count the kernel expects when
-  // the sequence is long enough (all splits a cluster or max_active_splits
-  // has); the dependent load after seq_len is needed only if it differs.
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gw = split * kWarps + warp;
-  const bool early_ids = p.early_block_ids && p.window == 0 && p.max_blocks > 0;
-  const int expected_total =
-      (kClusterSplits > 0 ? max_splits : min(max_splits, p.max_active_splits)) * kWarps;
-  // Branch-free, so that the three loads issue together: without early ids,
-  // both read seq_len's address (always valid).
-  const int32_t* row = p.block_tables + b * p.bt_stride_b;
-  const int32_t* cur_src = early_ids ? row + min(gw + lane * expected_total, p.max_blocks - 1)
-                                     : p.seq_lens + b;
-  const int32_t* next_src =
-      early_ids ? row + min(gw + (lane + 32) * expected_total, p.max_blocks - 1) : p.seq_lens + b;
-  const int early_cur = ptx::ld_global_s32_eager(cur_src);
-  const int early_next = ptx::ld_global_s32_eager(next_src);
-  const int raw_len = p.seq_lens[b];
-  const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, raw_len);
+  const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
   // A split is active when each of its warps gets at least min_pages pages and
   // the active CTAs fit the GPU at once (max_active_splits); a cluster keeps
   // every rank active (each one merges a slice of the dims).
@@ -164,6 +122,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // ---- this warp's pages --------------------------------------------------
   // Warp gw of the (request, kv head) takes pages start_page + gw + k * warps_total.
   const int warps_total = num_splits * kWarps;
+  const int gw = split * kWarps + warp;
   const int n_pages = (max(num_pages - gw, 0) + warps_total - 1) / warps_total;
   const WarpPages pages{p.block_tables + b * p.bt_stride_b + start_page + gw,
                         p.kv_cache + kvh * p.kv_stride_head,
@@ -174,9 +133,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
                         n_pages,
                         ptx::smem_addr(smem) + warp * kStages * kPageBytes,
                         ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8};
-  const bool early_hit = early_ids && warps_total == expected_total;
-  const int bt_cur = early_hit ? pages.block_of(lane, early_cur) : pages.block_at(lane);
-  const int bt_next = early_hit ? pages.block_of(lane + 32, early_next) : pages.block_at(lane + 32);
+  const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
   init_ring_barriers<kStages>(pages.bars, lane);
   if constexpr (kClusterSplits > 0) {
     // Peers must be running before anyone stores into their shared memory;

@@ -30,7 +30,7 @@ struct DecodeParams {
   const float* sinks;          // [num_kv_heads * 8] fp32, contiguous
   uint16_t* out;               // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
 
-  // Workspace for the last-CTA merge (unused with one split or a cluster merge).
+  // Workspace for the split merge (unused with one split or a cluster merge).
   float* part_o;    // [num_partials, 8, 128] fp32 unnormalized split outputs
   float* part_ml;   // [num_partials, 2, 8] fp32: row max m (unscaled), row sum l
   int32_t* counters;  // [batch * num_kv_heads, warps] arrivals, zero between launches
@@ -49,10 +49,6 @@ struct DecodeParams {
   float scale_log2; // softmax scale * log2(e)
   int max_active_splits;  // split kernel: at most this many splits take pages (the CTAs the
                           // GPU holds at once / (request, kv head) pairs; set by the launch)
-  // EXPERIMENT switches (branch exp/warp-merge), 1 = on:
-  int early_block_ids;  // full attention: block ids loaded with seq_len, for the split count
-                        // the kernel expects (max_active_splits), reloaded if it differs
-  int active_first;     // split kernel: the active splits of all pairs launch before the idle
 
   // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
   // written by the kTimeline kernels; nullptr for the operator. Last, so the

@@ -12,7 +12,7 @@ enum TimelineStamp : int {
   kStampWaited,     // griddepcontrol.wait returned (launch_dependents)
   kStampStreamed,   // the CTA's pages are consumed
   kStampMerged,     // the CTA's warps merged (split kernel)
-  kStampArrived,    // arrival counted (last-CTA merge)
+  kStampArrived,    // arrival counted (split merge through the workspace)
   kStampExit,       // output or partial written
   kNumStamps
 };

@@ -165,10 +165,8 @@ struct WarpPages {
   uint32_t ring, bars;       // shared-memory addresses of slot 0 and its barrier
   int ring_base = 0;         // pages this ring streamed before page k = 0
 
-  __device__ __forceinline__ int block_at(int k) const { return block_of(k, k < n_pages ? bt[k * step] : 0); }
-  // Page k's block id from its raw block-table entry (loaded by the caller).
-  __device__ __forceinline__ int block_of(int k, int raw) const {
-    return k < n_pages ? min(max(raw, 0), num_blocks - 1) : 0;
+  __device__ __forceinline__ int block_at(int k) const {
+    return k < n_pages ? min(max(bt[k * step], 0), num_blocks - 1) : 0;
   }
   // Ring slot and barrier of page k, and the parity its barrier completes with.
   template <int kStages>

@@ -37,13 +37,6 @@ LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int64_t ma
   return cfg;
 }
 
-// EXPERIMENT (branch exp/warp-merge): FLINT_EARLY_BLOCK_IDS=0,
-// FLINT_ACTIVE_FIRST=0 switch those off (see params.h); unset or 1: on.
-bool switch_on(const char* name) {
-  const char* env = std::getenv(name);
-  return env == nullptr || std::string(env) != "0";
-}
-
 bool pdl_enabled() {
   const char* env = std::getenv("FLINT_PDL");
   return env == nullptr || std::string(env) != "0";
@@ -98,8 +91,6 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
-  p.early_block_ids = switch_on("FLINT_EARLY_BLOCK_IDS") ? 1 : 0;
-  p.active_first = switch_on("FLINT_ACTIVE_FIRST") ? 1 : 0;
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;

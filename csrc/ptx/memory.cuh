@@ -31,14 +31,6 @@ __device__ __forceinline__ float4 ld_global_cg_f32x4(const float* ptr) {
   return v;
 }
 
-// ld.global.s32, volatile: issued where the source puts it, even when its
-// value is used only on some paths (the compiler would sink it into them).
-__device__ __forceinline__ int ld_global_s32_eager(const int* ptr) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-
 // ld.global.cg.f32
 __device__ __forceinline__ float ld_global_cg_f32(const float* ptr) {
   float v;
