@@ -7,7 +7,11 @@ through a variant whose thread 0 of every CTA records %globaltimer and
 input sets larger than L2 like bench_decode.py, replays it, and reports
 medians over the calls after the first few:
 
-  period          end of call i-1 -> end of call i (the time per call a chain sees)
+  period          end of call i-1 -> end of call i (the time per call a chain sees);
+                  also its p10 / p90 and mean (the benchmark's per-call time is the
+                  mean: at b1_l8k the calls alternate between ~10.4 and ~13 µs)
+  late entries    active CTAs that start only after the previous call's end, per
+                  call, and their entry -> prologue time against the others'
   first entry     end of call i-1 -> first CTA of call i starts (< 0: PDL overlap)
   wait released   end of call i-1 -> first CTA past griddepcontrol.wait
   per CTA (cycles of its own SM, converted at the SM clock): the time into
@@ -108,6 +112,19 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
         return [pick(ns[i, written[i, :, k], k]) - ends[i - 1] for i in calls
                 if written[i, :, k].any()]
 
+    # Per call, the active CTAs (those past their prologue) that entered only
+    # after the previous call's end, and their prologues against the others':
+    # late entries start their loads while the earlier CTAs stream, and the
+    # calls alternate between fast and slow ones (run 29).
+    late_n, late_prologue, early_prologue = [], [], []
+    for i in calls:
+        active = written[i, :, 1]
+        late = active & (ns[i, :, 0] > ends[i - 1])
+        prologue = ns[i, :, 1] - ns[i, :, 0]
+        late_n.append(int(late.sum()))
+        late_prologue.extend(prologue[late])
+        early_prologue.extend(prologue[active & ~late])
+
     first_entry = after_previous_end(0, first=True)
     released = after_previous_end(2, first=True)
     # Per CTA, the phase ending at stamp k starts at the latest earlier stamp
@@ -153,6 +170,15 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
     return {
         "row": row.name, "config": grid.format_config(cfg), "ctas": int(t.shape[1]),
         "calls": n_calls, "sets": n_sets, "period_us": med(period) / 1e3,
+        # The benchmark's time per call follows the mean, not the median.
+        "period_mean_us": float(np.mean(period)) / 1e3 if period else float("nan"),
+        "period_p10_p90_us": [float(np.percentile(period, q)) / 1e3 if period else float("nan")
+                              for q in (10, 90)],
+        "late_entries": {"per_call": float(np.mean(late_n)) if late_n else float("nan"),
+                         "prologue_us": med(late_prologue) / 1e3,
+                         "prologue_p90_us": (float(np.percentile(late_prologue, 90)) / 1e3
+                                             if late_prologue else float("nan")),
+                         "others_prologue_us": med(early_prologue) / 1e3},
         "first_entry_us": med(first_entry) / 1e3, "wait_released_us": med(released) / 1e3,
         "cta_phase_us": phases, "chain_us": chain, "pairs": pairs,
         "ctas_reaching": {s: int(w[..., k].sum()) for k, s in enumerate(STAMPS)},
@@ -205,6 +231,13 @@ def main() -> None:
               f"first entry {r['first_entry_us']:+.2f}, wait released {r['wait_released_us']:+.2f} "
               f"(vs previous call's end); per CTA (µs): {phases}; CTAs reaching: "
               f"{r['ctas_reaching']}; globaltimer step {r['globaltimer_step_ns']} ns", flush=True)
+        p10, p90 = r["period_p10_p90_us"]
+        late = r["late_entries"]
+        print(f"  periods p10 / median / p90 {p10:.2f} / {r['period_us']:.2f} / {p90:.2f}, mean "
+              f"{r['period_mean_us']:.2f} µs; active CTAs entering after the previous call's "
+              f"end: {late['per_call']:.1f} per call, prologue median {late['prologue_us']:.2f} "
+              f"(p90 {late['prologue_p90_us']:.2f}) against {late['others_prologue_us']:.2f} for "
+              f"the others", flush=True)
         chain = ", ".join(f"{k} {v:+.2f}" for k, v in r["chain_us"].items())
         print(f"  chain (µs after the previous call's end): released {r['wait_released_us']:+.2f}, "
               f"{chain}", flush=True)

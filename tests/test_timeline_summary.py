@@ -44,6 +44,28 @@ def test_summary_per_pair_entry_and_end():
     assert abs(r["period_us"] - 10.0) < 1e-9
     assert [round(p["entry_us"], 6) for p in r["pairs"]] == [-2.0, -0.3]
     assert [round(p["end_us"], 6) for p in r["pairs"]] == [9.0, 10.0]
+    assert abs(r["period_mean_us"] - 10.0) < 1e-9
+    assert [round(x, 6) for x in r["period_p10_p90_us"]] == [10.0, 10.0]
+    # Every active CTA enters before the previous call's end; prologues take 1 ns.
+    assert r["late_entries"]["per_call"] == 0.0
+    assert round(r["late_entries"]["others_prologue_us"], 6) == 0.001
+
+
+def test_summary_counts_late_entries():
+    """Pair 1 entering 100 ns after the previous call's end (its prologue done
+    500 ns later) instead of before it: its 2 CTAs are late, the idle split
+    and pair 0 are not."""
+    t = synthetic_stamps(6, 10_000)
+    for i in range(1, 6):
+        prev_end = t[i - 1, :, 6, 0].max()
+        t[i, 2:, 0, 0] = prev_end + 100
+        t[i, 2:, 1, 0] = prev_end + 600
+    t[..., 1] = t[..., 0] - t[..., 0].min()
+    row = grid.Row("b1_l8k", 1, 2, 8192)
+    r = timeline.summarize(row, (2, 8, 2, 1, 0), t, 1, 1, 1.0)
+    assert r["late_entries"]["per_call"] == 2.0
+    assert round(r["late_entries"]["prologue_us"], 6) == 0.5
+    assert round(r["late_entries"]["others_prologue_us"], 6) == 0.001
 
 
 def test_summary_has_no_pairs_for_warp_per_head():
