@@ -1,6 +1,6 @@
 // Merging the splits of one (request, kv head): in the last warp to arrive for
-// each head, from fp32 partials in global memory, or inside a thread-block cluster through
-// distributed shared memory. Both finish softmax with the sink term:
+// each head, from fp32 partials in global memory, or inside a thread-block
+// cluster through distributed shared memory. Both finish softmax with the sink term:
 //   out = sum_s w_s O_s / (sum_s w_s l_s + 2^(sink log2(e) - M c)),
 //   w_s = 2^(m_s c - M c), M = max_s m_s, c = scale log2(e).
 #pragma once
@@ -13,16 +13,16 @@
 
 namespace flint::detail {
 
-// Last warp to arrive for warp slot `warp` of (request, kv head) `bh`: merges
-// the heads that warp holds (kGqa / kWarps; lane owns dims [ed, ed + E) of
-// head eh) from all `num_splits` fp32 partials, in registers: each lane loads
-// the (m, l) of its own head with the partial O it weighs, so no shared
-// memory, no __syncthreads and no shuffle stands between the loads and the
-// sums. Chunks of kChunk splits keep 64 floats of O in flight per lane.
+// The last warp of (request, kv head) `bh` to arrive for its heads (kGqa /
+// kWarps of them; the lane owns dims [ed, ed + E) of head eh) merges them from
+// all `num_splits` fp32 partials, in registers: each lane loads the (m, l) of
+// its own head with the partial O it weighs, so no shared memory, no
+// __syncthreads and no shuffle stands between the loads and the sums. Chunks
+// of kChunk splits keep 64 floats of O in flight per lane.
 template <int kWarps>
 __device__ __forceinline__ void merge_splits(const DecodeParams& p, int bh, int num_splits,
-                                                  int eh, int ed, float sink_scaled,
-                                                  uint16_t* out_row) {
+                                             int eh, int ed, float sink_scaled,
+                                             uint16_t* out_row) {
   constexpr int E = kGqa * kHeadDim / (32 * kWarps);
   constexpr int kChunk = 64 / E;
   const int64_t row0 = int64_t(bh) * gridDim.x;

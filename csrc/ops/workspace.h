@@ -13,8 +13,8 @@ namespace flint {
 struct Workspace {
   float* part_o;       // [max_partials, 8, 128]
   float* part_ml;      // [max_partials, 2, 8]
-  int32_t* counters;   // [max_partials, 8] (one per warp of a (request, kv head) in use), zero
-                       // between launches
+  int32_t* counters;   // [max_partials, 8]: one per warp of each (request, kv head) a split
+                       // launch uses (at most max_partials / 2 pairs), zero between launches
   int64_t max_partials;
 };
 
