@@ -176,15 +176,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def _env_impl(key: str):
     """'flint:VAR=VALUE[+VAR=VALUE...]' (an A/B of diagnostic variables in one run)
     -> {VAR: VALUE}, or None."""
-    if not key.startswith("flint:"):
-        return None
-    env = {}
-    for item in key[len("flint:"):].split("+"):
-        var, eq, value = item.partition("=")
-        if not eq or not var.startswith("FLINT_"):
-            return None
-        env[var] = value
-    return env
+    return grid.parse_env(key[len("flint:"):]) if key.startswith("flint:") else None
 
 
 def _target_bytes(args, l2_bytes: int) -> int:

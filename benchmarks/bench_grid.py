@@ -224,6 +224,18 @@ def format_config(cfg: Config) -> str:
     return ",".join(str(int(x)) for x in cfg)
 
 
+def parse_env(text: str) -> dict | None:
+    """'FLINT_VAR=VALUE[+FLINT_VAR=VALUE...]' (diagnostic variables for one
+    run) -> {VAR: VALUE}, or None when it is not of that form."""
+    env = {}
+    for item in text.split("+"):
+        var, eq, value = item.partition("=")
+        if not eq or not var.startswith("FLINT_"):
+            return None
+        env[var] = value
+    return env
+
+
 # The compiled kernel variants (csrc/decode_attention/launch.cu), as
 # (warps, stages) of the split kernel and of the warp-per-head kernel, and
 # (splits, warps, stages) of the cluster-merge kernel.

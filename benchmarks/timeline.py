@@ -200,13 +200,13 @@ def main() -> None:
     p.add_argument("--from-raw", help="summarize the stamps a --raw file holds (no GPU needed; "
                                       "the config is --config or the heuristic's at --sms)")
     p.add_argument("--sms", type=int, default=132, help="with --from-raw: the GPU's SM count")
-    p.add_argument("--env", action="append", default=[], metavar="FLINT_VAR=VALUE",
-                   help="also run every row with this diagnostic variable set (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="FLINT_VAR=VALUE[+...]",
+                   help="also run every row with these diagnostic variables set (repeatable)")
     args = p.parse_args()
-    envs = [e.split("=", 1) for e in args.env]
-    if any(len(e) != 2 or not e[0].startswith("FLINT_") for e in envs):
-        p.error("--env takes FLINT_VAR=VALUE")
-    envs = [{}] + [{k: v} for k, v in envs]
+    envs = [grid.parse_env(e) for e in args.env]
+    if None in envs:
+        p.error("--env takes FLINT_VAR=VALUE[+FLINT_VAR=VALUE...]")
+    envs = [{}] + envs
     saved = np.load(args.from_raw) if args.from_raw else None
     if saved is None:
         G.import_flint()
