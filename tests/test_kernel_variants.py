@@ -85,7 +85,7 @@ def test_default_heuristic(batch, num_kv_heads, window):
 @pytest.mark.parametrize("seq_lens", [[20000], [20000, 3000, 0, 1]])
 def test_many_splits(launch_config, seq_lens):
     # 132 splits of one (request, kv head): all active for one request on 132
-    # SMs (the most one last-CTA merge sees), a quarter of them with 4.
+    # SMs (the most one split merge sees), a quarter of them with 4.
     q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 1, None)
     launch_config("132,8,2,1,0")
     torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.07, out)

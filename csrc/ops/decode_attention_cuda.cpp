@@ -24,7 +24,8 @@ namespace {
 LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int64_t max_tokens,
                            int num_sms) {
   const char* env = std::getenv("FLINT_LAUNCH_CONFIG");
-  if (env == nullptr || *env == '\0') return default_launch_config(batch, num_kv_heads, sliding, max_tokens, num_sms);
+  if (env == nullptr || *env == '\0')
+    return default_launch_config(batch, num_kv_heads, sliding, max_tokens, num_sms);
   LaunchConfig cfg{};
   int cluster = 0;
   char tail = 0;
