@@ -44,7 +44,11 @@ sys.path.insert(0, str(HERE))
 import bench_grid as grid  # noqa: E402
 import bench_gpu as G  # noqa: E402
 
-STAMPS = ["entry", "prologue", "waited", "streamed", "merged", "arrived", "exit"]
+STAMPS = ["entry", "seq_len", "block ids", "prologue", "waited", "streamed", "merged", "arrived",
+          "exit"]
+# Stamp indices (csrc/decode_attention/timeline.h); "seq_len" and "block ids"
+# (loaded, thread 0) only in the split and cluster kernels.
+ENTRY, SEQ_LEN, BLOCK_IDS, PROLOGUE, WAITED, STREAMED, MERGED, ARRIVED, EXIT = range(len(STAMPS))
 
 
 def num_ctas(row: grid.Row, cfg: tuple) -> int:
@@ -116,17 +120,25 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
     # after the previous call's end, and their prologues against the others':
     # late entries start their loads while the earlier CTAs stream, and the
     # calls alternate between fast and slow ones (run 29).
+    # Their prologue in parts too: entry -> seq_len loaded -> block ids loaded
+    # -> leading pages issued (split and cluster kernels).
     late_n, late_prologue, early_prologue = [], [], []
+    parts = {"late": {k: [] for k in (SEQ_LEN, BLOCK_IDS, PROLOGUE)},
+             "others": {k: [] for k in (SEQ_LEN, BLOCK_IDS, PROLOGUE)}}
     for i in calls:
-        active = written[i, :, 1]
-        late = active & (ns[i, :, 0] > ends[i - 1])
-        prologue = ns[i, :, 1] - ns[i, :, 0]
+        active = written[i, :, PROLOGUE]
+        late = active & (ns[i, :, ENTRY] > ends[i - 1])
+        prologue = ns[i, :, PROLOGUE] - ns[i, :, ENTRY]
         late_n.append(int(late.sum()))
         late_prologue.extend(prologue[late])
         early_prologue.extend(prologue[active & ~late])
+        for group, sel in (("late", late), ("others", active & ~late)):
+            sel = sel & written[i, :, SEQ_LEN] & written[i, :, BLOCK_IDS]
+            for k in (SEQ_LEN, BLOCK_IDS, PROLOGUE):
+                parts[group][k].extend(ns[i, sel, k] - ns[i, sel, k - 1])
 
-    first_entry = after_previous_end(0, first=True)
-    released = after_previous_end(2, first=True)
+    first_entry = after_previous_end(ENTRY, first=True)
+    released = after_previous_end(WAITED, first=True)
     # Per CTA, the phase ending at stamp k starts at the latest earlier stamp
     # that CTA wrote (a cluster CTA has no "arrived", a warp-per-head one no
     # "merged"); SM cycles, converted at sm_ghz.
@@ -142,14 +154,14 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
     # the wait, done streaming, merged, arrived, and the end; plus the final
     # merge of the CTA that ended the call (its arrived -> exit).
     chain = {name: med(after_previous_end(k, first=False)) / 1e3
-             for k, name in ((2, "last waited"), (3, "last streamed"), (4, "last merged"),
-                             (5, "last arrived"))}
+             for k, name in ((WAITED, "last waited"), (STREAMED, "last streamed"),
+                             (MERGED, "last merged"), (ARRIVED, "last arrived"))}
     chain["end"] = med(period) / 1e3
     last_merge = []
     for i in calls:
-        cta = int(np.argmax(np.where(written[i, :, 6], ns[i, :, 6], -np.inf)))
-        if written[i, cta, 5]:
-            last_merge.append(ns[i, cta, 6] - ns[i, cta, 5])
+        cta = int(np.argmax(np.where(written[i, :, EXIT], ns[i, :, EXIT], -np.inf)))
+        if written[i, cta, ARRIVED]:
+            last_merge.append(ns[i, cta, EXIT] - ns[i, cta, ARRIVED])
     chain["final merge"] = med(last_merge) / 1e3
     # Split and cluster kernels: the CTAs of (request, kv head) j are j * splits
     # + 0 .. splits - 1 in launch order. Per pair, its CTAs' median entry and
@@ -161,10 +173,10 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
             ctas = slice(j * cfg[0], (j + 1) * cfg[0])
             entry, end = [], []
             for i in calls:
-                active = written[i, ctas, 1]  # idle splits stamp their entry only
+                active = written[i, ctas, PROLOGUE]  # idle splits never get there
                 if active.any():
-                    entry.append(med(ns[i, ctas, 0][active]) - ends[i - 1])
-                    end.append(ns[i, ctas, 6][written[i, ctas, 6]].max() - ends[i - 1])
+                    entry.append(med(ns[i, ctas, ENTRY][active]) - ends[i - 1])
+                    end.append(ns[i, ctas, EXIT][written[i, ctas, EXIT]].max() - ends[i - 1])
             pairs.append({"entry_us": med(entry) / 1e3, "end_us": med(end) / 1e3})
     steps = np.diff(np.sort(np.unique(ns[written])))
     return {
@@ -178,7 +190,11 @@ def summarize(row: grid.Row, cfg: tuple, t: np.ndarray, n_sets: int, skip: int,
                          "prologue_us": med(late_prologue) / 1e3,
                          "prologue_p90_us": (float(np.percentile(late_prologue, 90)) / 1e3
                                              if late_prologue else float("nan")),
-                         "others_prologue_us": med(early_prologue) / 1e3},
+                         "others_prologue_us": med(early_prologue) / 1e3,
+                         # medians of entry -> seq_len, -> block ids, -> prologue
+                         "parts_us": {g: [med(parts[g][k]) / 1e3 for k in (SEQ_LEN, BLOCK_IDS,
+                                                                              PROLOGUE)]
+                                      for g in parts}},
         "first_entry_us": med(first_entry) / 1e3, "wait_released_us": med(released) / 1e3,
         "cta_phase_us": phases, "chain_us": chain, "pairs": pairs,
         "ctas_reaching": {s: int(w[..., k].sum()) for k, s in enumerate(STAMPS)},
@@ -238,6 +254,11 @@ def main() -> None:
               f"end: {late['per_call']:.1f} per call, prologue median {late['prologue_us']:.2f} "
               f"(p90 {late['prologue_p90_us']:.2f}) against {late['others_prologue_us']:.2f} for "
               f"the others", flush=True)
+        if not np.isnan(late["parts_us"]["others"][0]):
+            lp, op = late["parts_us"]["late"], late["parts_us"]["others"]
+            print(f"  prologue parts (entry -> seq_len -> block ids -> pages issued), late "
+                  f"entries {lp[0]:.2f} / {lp[1]:.2f} / {lp[2]:.2f}, the others {op[0]:.2f} / "
+                  f"{op[1]:.2f} / {op[2]:.2f} µs", flush=True)
         chain = ", ".join(f"{k} {v:+.2f}" for k, v in r["chain_us"].items())
         print(f"  chain (µs after the previous call's end): released {r['wait_released_us']:+.2f}, "
               f"{chain}", flush=True)

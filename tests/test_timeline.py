@@ -10,7 +10,7 @@ from conftest import needs_hopper
 from conftest import cuda_inputs as make_inputs
 
 pytestmark = needs_hopper
-STAMPS = 7
+STAMPS = 9
 SCALE = 128**-0.5
 
 

@@ -32,8 +32,8 @@ def synthetic_stamps(calls: int, period_ns: int) -> np.ndarray:
                 continue
             for k in range(1, len(timeline.STAMPS)):  # phases in order, then the exit
                 t[i, cta, k, 0] = prev_end + entry + k
-            t[i, cta, 6, 0] = prev_end + exit_
-        assert t[i, :, 6, 0].max() == end
+            t[i, cta, timeline.EXIT, 0] = prev_end + exit_
+        assert t[i, :, timeline.EXIT, 0].max() == end
     t[..., 1] = t[..., 0] - base  # clocks: any increasing count
     return t
 
@@ -46,26 +46,28 @@ def test_summary_per_pair_entry_and_end():
     assert [round(p["end_us"], 6) for p in r["pairs"]] == [9.0, 10.0]
     assert abs(r["period_mean_us"] - 10.0) < 1e-9
     assert [round(x, 6) for x in r["period_p10_p90_us"]] == [10.0, 10.0]
-    # Every active CTA enters before the previous call's end; prologues take 1 ns.
+    # Every active CTA enters before the previous call's end; stamps 1 ns apart.
     assert r["late_entries"]["per_call"] == 0.0
-    assert round(r["late_entries"]["others_prologue_us"], 6) == 0.001
+    assert round(r["late_entries"]["others_prologue_us"], 6) == 0.003
 
 
 def test_summary_counts_late_entries():
-    """Pair 1 entering 100 ns after the previous call's end (its prologue done
-    500 ns later) instead of before it: its 2 CTAs are late, the idle split
-    and pair 0 are not."""
+    """Pair 1 entering 100 ns after the previous call's end (seq_len, block ids
+    and prologue each 100 ns later) instead of before it: its 2 CTAs are late,
+    the idle split and pair 0 are not."""
     t = synthetic_stamps(6, 10_000)
     for i in range(1, 6):
-        prev_end = t[i - 1, :, 6, 0].max()
-        t[i, 2:, 0, 0] = prev_end + 100
-        t[i, 2:, 1, 0] = prev_end + 600
+        prev_end = t[i - 1, :, timeline.EXIT, 0].max()
+        for k in range(timeline.PROLOGUE + 1):  # entry .. prologue 100 ns apart
+            t[i, 2:, k, 0] = prev_end + 100 * (k + 1)
     t[..., 1] = t[..., 0] - t[..., 0].min()
     row = grid.Row("b1_l8k", 1, 2, 8192)
     r = timeline.summarize(row, (2, 8, 2, 1, 0), t, 1, 1, 1.0)
     assert r["late_entries"]["per_call"] == 2.0
-    assert round(r["late_entries"]["prologue_us"], 6) == 0.5
-    assert round(r["late_entries"]["others_prologue_us"], 6) == 0.001
+    assert round(r["late_entries"]["prologue_us"], 6) == 0.3
+    assert [round(x, 6) for x in r["late_entries"]["parts_us"]["late"]] == [0.1, 0.1, 0.1]
+    assert round(r["late_entries"]["others_prologue_us"], 6) == 0.003
+    assert [round(x, 6) for x in r["late_entries"]["parts_us"]["others"]] == [0.001] * 3
 
 
 def test_summary_has_no_pairs_for_warp_per_head():

@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // are written by host-to-device copies ahead of the forward, never by the
   // kernel this one overlaps with.
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
+  stamp_after<kTimeline>(p, kStampSeqLen, seq_len);
   // A split is active when each of its warps gets at least min_pages pages and
   // the active CTAs fit the GPU at once (max_active_splits); a cluster keeps
   // every rank active (each one merges a slice of the dims).
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
                         ptx::smem_addr(smem) + warp * kStages * kPageBytes,
                         ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8};
   const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
+  stamp_after<kTimeline>(p, kStampBlockIds, bt_cur);
   init_ring_barriers<kStages>(pages.bars, lane);
   if constexpr (kClusterSplits > 0) {
     // Peers must be running before anyone stores into their shared memory;

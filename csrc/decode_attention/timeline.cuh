@@ -25,4 +25,17 @@ __device__ __forceinline__ void stamp(const DecodeParams& p, TimelineStamp s) {
   }
 }
 
+// As stamp, once `dep` (a clamped length or block id, never 0xffffffff) has
+// arrived: times a load.
+template <bool kTimeline>
+__device__ __forceinline__ void stamp_after(const DecodeParams& p, TimelineStamp s, int dep) {
+  if constexpr (kTimeline) {
+    if (threadIdx.x == 0) {
+      const int64_t cta = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+      uint64_t* slot = p.timeline + (cta * kNumStamps + s) * 2;
+      ptx::timers_after(static_cast<uint32_t>(dep), slot[0], slot[1]);
+    }
+  }
+}
+
 }  // namespace flint::detail

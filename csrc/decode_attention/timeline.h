@@ -8,6 +8,8 @@ namespace flint {
 
 enum TimelineStamp : int {
   kStampEntry,      // first instruction
+  kStampSeqLen,     // seq_len loaded (split and cluster kernels)
+  kStampBlockIds,   // warp 0's first block ids loaded (split and cluster kernels)
   kStampPrologue,   // seq_len and block table read, leading pages issued
   kStampWaited,     // griddepcontrol.wait returned (launch_dependents)
   kStampStreamed,   // the CTA's pages are consumed

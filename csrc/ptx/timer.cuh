@@ -20,4 +20,17 @@ __device__ __forceinline__ uint64_t sm_clock() {
   return t;
 }
 
+// %globaltimer and %clock64, read only once `dep` is in its register (a
+// loaded value whose arrival is being timed): both reads are predicated on a
+// comparison with it, so they cannot issue before its load returns. A dep of
+// 0xffffffff reads zeros.
+__device__ __forceinline__ void timers_after(uint32_t dep, uint64_t& ns, uint64_t& clk) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0xffffffff;\n\tmov.u64 %0, 0;\n\t"
+      "mov.u64 %1, 0;\n\t@p mov.u64 %0, %%globaltimer;\n\t@p mov.u64 %1, %%clock64;\n\t}"
+      : "=l"(ns), "=l"(clk)
+      : "r"(dep)
+      : "memory");
+}
+
 }  // namespace flint::ptx
