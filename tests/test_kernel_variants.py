@@ -183,3 +183,21 @@ def test_heuristic_follows_block_table_width(launch_config, max_blocks, batch, k
     inp = make_paged_inputs(batch, seq_lens, kvh, None, "cuda", max_blocks=max_blocks)
     check_twice(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, None, 128**-0.5,
                 inp.out)
+
+
+# EXPERIMENT (branch exp/one-in-flight): FLINT_ISSUE_AFTER_WAIT=1 refills a
+# warp's ring only after the page it waits for has arrived.
+@pytest.mark.parametrize("config", ["16,8,2,1,0", "7,4,3,1,0", "25,4,4,1,0", "8,4,2,1,1",
+                                    "0,4,3,1,0", "0,8,2,1,0"])
+@pytest.mark.parametrize("window", [None, 37])
+def test_issue_after_wait(launch_config, monkeypatch, config, window):
+    monkeypatch.setenv("FLINT_ISSUE_AFTER_WAIT", "1")
+    launch_config(config)
+    seq_lens = [0, 1, 15, 16, 17, 33, 250, 1000, 4097, 129]
+    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 2, window)
+    check_twice(q, kv, bt, sl, sinks, window, 128**-0.5, out)
+    # Persistent warps chain their rings from pair to pair too.
+    if config.startswith("0,"):
+        seq_lens = torch.randint(0, 3000, (300,)).tolist()
+        q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 8, window)
+        check_twice(q, kv, bt, sl, sinks, window, 128**-0.5, out)

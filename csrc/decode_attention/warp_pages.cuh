@@ -236,36 +236,43 @@ template <int kStages, bool kChain = false>
 __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int bt_next,
                                              const uint32_t (&q)[16], int start_tok, int seq_len,
                                              float scale_log2, int g, int t, int lane,
-                                             WarpState& st, const NextPages* next = nullptr) {
+                                             WarpState& st, const NextPages* next = nullptr,
+                                             bool issue_after_wait = false) {
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
 
   for (int k = 0; k < w.n_pages; ++k) {
-    // Refill the slot consumed in the previous iteration with page k + kStages - 1.
-    const int kn = k + kStages - 1;
-    if ((kn & 31) == 0) {
-      bt_cur = bt_next;
-      bt_next = w.block_at(kn + 32 + lane);
-    }
-    // NOTE: every lane's shared-memory reads of that slot (previous
-    // iteration) must be done before lane 0 hands it to the copy engine.
-    __syncwarp();
-    const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
-    if (kn < w.n_pages) {
-      issue_page(w.kv_head, w.stride_block, blk, w.slot_of<kStages>(kn), w.bar_of<kStages>(kn),
-                 lane);
-    } else if constexpr (kChain) {
-      // Ring position ring_base + kn is the next pages' page kn - n_pages.
-      const int j = kn - w.n_pages;
-      const int next_blk = __shfl_sync(kFullMask, next->bt, j & 31);
-      if (j < kStages - 1 && j < next->pages.n_pages)
-        issue_page(next->pages.kv_head, next->pages.stride_block, next_blk,
-                   next->pages.slot_of<kStages>(j), next->pages.bar_of<kStages>(j), lane);
-    }
-
+    auto refill = [&] {
+      // Refill the slot consumed in the previous iteration with page k + kStages - 1.
+      const int kn = k + kStages - 1;
+      if ((kn & 31) == 0) {
+        bt_cur = bt_next;
+        bt_next = w.block_at(kn + 32 + lane);
+      }
+      // NOTE: every lane's shared-memory reads of that slot (previous
+      // iteration) must be done before lane 0 hands it to the copy engine.
+      __syncwarp();
+      const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
+      if (kn < w.n_pages) {
+        issue_page(w.kv_head, w.stride_block, blk, w.slot_of<kStages>(kn), w.bar_of<kStages>(kn),
+                   lane);
+      } else if constexpr (kChain) {
+        // Ring position ring_base + kn is the next pages' page kn - n_pages.
+        const int j = kn - w.n_pages;
+        const int next_blk = __shfl_sync(kFullMask, next->bt, j & 31);
+        if (j < kStages - 1 && j < next->pages.n_pages)
+          issue_page(next->pages.kv_head, next->pages.stride_block, next_blk,
+                     next->pages.slot_of<kStages>(j), next->pages.bar_of<kStages>(j), lane);
+      }
+    };
+    // EXPERIMENT (p.issue_after_wait): refilling only once page k has
+    // arrived keeps one page per warp in flight instead of two (kStages 2),
+    // halving the bytes queued at HBM in front of every other load.
+    if (!issue_after_wait) refill();
     ptx::mbarrier_wait_parity(w.bar_of<kStages>(k), w.parity_of<kStages>(k));
+    if (issue_after_wait) refill();
     const int page = w.first_page + k * w.step;
     uint32_t kf[32], vf[32];
     load_page(w.slot_of<kStages>(k), page, start_tok, seq_len, g, t, kf, vf);
@@ -309,7 +316,7 @@ __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, co
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
   stream_pages<kStages, kChain>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t,
-                                lane, st, next);
+                                lane, st, next, p.issue_after_wait != 0);
   stamp<kTimeline>(p, kStampStreamed);
 }
 

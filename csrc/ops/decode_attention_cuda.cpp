@@ -38,6 +38,12 @@ LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int64_t ma
   return cfg;
 }
 
+// EXPERIMENT (branch exp/one-in-flight): FLINT_ISSUE_AFTER_WAIT=1 switches it on.
+bool issue_after_wait() {
+  const char* env = std::getenv("FLINT_ISSUE_AFTER_WAIT");
+  return env != nullptr && std::string(env) == "1";
+}
+
 bool pdl_enabled() {
   const char* env = std::getenv("FLINT_PDL");
   return env == nullptr || std::string(env) != "0";
@@ -92,6 +98,7 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
+  p.issue_after_wait = issue_after_wait() ? 1 : 0;
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;
