@@ -1,6 +1,7 @@
 """A few small launches of every merge path, for compute-sanitizer
 (memcheck, racecheck, synccheck): one split, last-CTA merge, cluster merge,
-seq_len 0, window, PDL on. Checks results loosely so a run that is silently
+seq_len 0, window, PDL on, the page ring refilled before and after the
+wait. Checks results loosely so a run that is silently
 wrong still fails."""
 
 import os
@@ -32,15 +33,28 @@ CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
     # pages a chained stream issues for the next pair.
     ("0,4,4,1,0", [(37 * i) % 90 for i in range(138)], 8, 64),
 ]
+# The same launches with the ring refilled the other way round where the
+# launch's rule picks one (FLINT_REFILL_AFTER_WAIT; launch.cu).
+FORCED_REFILL = [
+    ("8,4,2,1,1", [300, 1], 1, None, "1"),
+    ("0,4,3,1,0", [0, 700, 17, 129, 5], 2, 128, "1"),
+    ("6,8,2,1,0", [1000, 3, 0], 1, None, "0"),
+]
 
-for cfg, seq_lens, kvh, window in CASES:
-    if cfg is None:
-        os.environ.pop("FLINT_LAUNCH_CONFIG", None)
+
+def set_env(name, value):
+    if value is None:
+        os.environ.pop(name, None)
     else:
-        os.environ["FLINT_LAUNCH_CONFIG"] = cfg
+        os.environ[name] = value
+
+
+for cfg, seq_lens, kvh, window, *refill in CASES + FORCED_REFILL:
+    set_env("FLINT_LAUNCH_CONFIG", cfg)
+    set_env("FLINT_REFILL_AFTER_WAIT", refill[0] if refill else None)
     q, kv, bt, sl, sinks, out = make_inputs(seq_lens, kvh, window)
     torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, 0.088, out)
     torch.cuda.synchronize()
     check(out, reference(q, kv, bt, sl, sinks, window, 0.088))
-    print(f"ok {cfg} {seq_lens} kvh={kvh} window={window}", flush=True)
+    print(f"ok {cfg} {seq_lens} kvh={kvh} window={window} refill={refill}", flush=True)
 print("sanitize cases done")

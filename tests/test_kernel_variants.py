@@ -185,13 +185,15 @@ def test_heuristic_follows_block_table_width(launch_config, max_blocks, batch, k
                 inp.out)
 
 
-# EXPERIMENT (branch exp/one-in-flight): FLINT_ISSUE_AFTER_WAIT=1 refills a
-# warp's ring only after the page it waits for has arrived.
+# The ring refilled before or after the wait (the launch picks one per
+# configuration; FLINT_REFILL_AFTER_WAIT forces either), clusters and
+# persistent warps included.
 @pytest.mark.parametrize("config", ["16,8,2,1,0", "7,4,3,1,0", "25,4,4,1,0", "8,4,2,1,1",
                                     "0,4,3,1,0", "0,8,2,1,0"])
 @pytest.mark.parametrize("window", [None, 37])
-def test_issue_after_wait(launch_config, monkeypatch, config, window):
-    monkeypatch.setenv("FLINT_ISSUE_AFTER_WAIT", "1")
+@pytest.mark.parametrize("refill_after_wait", ["0", "1"])
+def test_refill_after_wait(launch_config, monkeypatch, config, window, refill_after_wait):
+    monkeypatch.setenv("FLINT_REFILL_AFTER_WAIT", refill_after_wait)
     launch_config(config)
     seq_lens = [0, 1, 15, 16, 17, 33, 250, 1000, 4097, 129]
     q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 2, window)
@@ -201,3 +203,10 @@ def test_issue_after_wait(launch_config, monkeypatch, config, window):
         seq_lens = torch.randint(0, 3000, (300,)).tolist()
         q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 8, window)
         check_twice(q, kv, bt, sl, sinks, window, 128**-0.5, out)
+
+
+def test_refill_after_wait_rejects_other_values(monkeypatch):
+    monkeypatch.setenv("FLINT_REFILL_AFTER_WAIT", "yes")
+    q, kv, bt, sl, sinks, out = make_inputs([5], 1, None)
+    with pytest.raises(RuntimeError, match="FLINT_REFILL_AFTER_WAIT must be 0 or 1"):
+        torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 128**-0.5, out)

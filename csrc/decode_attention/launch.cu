@@ -165,6 +165,10 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
     const int warp_slots = ctas * cfg.num_warps;
     const int pairs_per_warp = ceil_div(num_pairs, warp_slots);
     launch.gridDim = dim3(ceil_div(num_pairs, cfg.num_warps * pairs_per_warp));
+    // Refill after the wait where every warp has two pairs or more to stream
+    // (swa128 b256: 35.1 -> 34.7 us; b64, one pair per warp: 10.7 -> 11.0,
+    // device run 31).
+    if (p.refill_after_wait < 0) p.refill_after_wait = pairs_per_warp >= 2;
   } else {
     launch.gridDim = dim3(cfg.num_splits, params.num_kv_heads, params.batch);
     // At most one wave of active splits: the splits past it stay idle (the
@@ -172,6 +176,13 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
     // second wave (b1 L32k: 34.4 against 40.2 us with all 32 splits of 8
     // warps active, device run 16). A cluster keeps every rank active.
     if (!cfg.cluster) p.max_active_splits = std::max(1, ctas / num_pairs);
+    // Refill after the wait in the 8-warp splits (batch <= 4 or <= 8 pairs):
+    // their 1024 streaming warps keep ~8 MB in flight with one page each,
+    // about twice what the HBM ceiling needs, and the shorter queue gains on
+    // every such row (b1 L128k 124.2 -> 122.7, b4 L8k 34.1 -> 33.7, b1 L8k
+    // 11.7 -> 11.6 us); the 4-warp splits (b64 L8k 475.9 -> 476.9) and the
+    // clusters (b1 L1k 3.75 -> 3.85) lose (device run 31).
+    if (p.refill_after_wait < 0) p.refill_after_wait = !cfg.cluster && cfg.num_warps == 8;
   }
   launch.blockDim = dim3(32 * cfg.num_warps);
   launch.dynamicSmemBytes = launch_smem_bytes(v, sliding);

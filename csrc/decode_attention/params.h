@@ -49,8 +49,9 @@ struct DecodeParams {
   float scale_log2; // softmax scale * log2(e)
   int max_active_splits;  // split kernel: at most this many splits take pages (the CTAs the
                           // GPU holds at once / (request, kv head) pairs; set by the launch)
-  int issue_after_wait;   // EXPERIMENT (branch exp/one-in-flight): 1 = a warp refills its ring
-                          // only after the page it waits for has arrived
+  int refill_after_wait;  // 1: a warp refills its ring only once the page it waits for has
+                          // arrived (kStages - 2 pages in flight while it computes, not
+                          // kStages - 1); -1 from the op: the launch decides (launch.cu)
 
   // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
   // written by the kTimeline kernels; nullptr for the operator. Last, so the

@@ -237,7 +237,7 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
                                              const uint32_t (&q)[16], int start_tok, int seq_len,
                                              float scale_log2, int g, int t, int lane,
                                              WarpState& st, const NextPages* next = nullptr,
-                                             bool issue_after_wait = false) {
+                                             bool refill_after_wait = false) {
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
@@ -267,12 +267,12 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
                      next->pages.slot_of<kStages>(j), next->pages.bar_of<kStages>(j), lane);
       }
     };
-    // EXPERIMENT (p.issue_after_wait): refilling only once page k has
-    // arrived keeps one page per warp in flight instead of two (kStages 2),
-    // halving the bytes queued at HBM in front of every other load.
-    if (!issue_after_wait) refill();
+    // Refilled after the wait, the ring keeps one page fewer in flight: where
+    // the grid streams enough warps, fewer bytes queue at HBM in front of
+    // everyone's next page (see launch.cu).
+    if (!refill_after_wait) refill();
     ptx::mbarrier_wait_parity(w.bar_of<kStages>(k), w.parity_of<kStages>(k));
-    if (issue_after_wait) refill();
+    if (refill_after_wait) refill();
     const int page = w.first_page + k * w.step;
     uint32_t kf[32], vf[32];
     load_page(w.slot_of<kStages>(k), page, start_tok, seq_len, g, t, kf, vf);
@@ -316,7 +316,7 @@ __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, co
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
   stream_pages<kStages, kChain>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t,
-                                lane, st, next, p.issue_after_wait != 0);
+                                lane, st, next, p.refill_after_wait == 1);
   stamp<kTimeline>(p, kStampStreamed);
 }
 

@@ -38,10 +38,14 @@ LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int64_t ma
   return cfg;
 }
 
-// EXPERIMENT (branch exp/one-in-flight): FLINT_ISSUE_AFTER_WAIT=1 switches it on.
-bool issue_after_wait() {
-  const char* env = std::getenv("FLINT_ISSUE_AFTER_WAIT");
-  return env != nullptr && std::string(env) == "1";
+// FLINT_REFILL_AFTER_WAIT=0 / =1 overrides the launch's choice (A/B runs).
+int refill_after_wait() {
+  const char* env = std::getenv("FLINT_REFILL_AFTER_WAIT");
+  if (env == nullptr) return -1;
+  const std::string v(env);
+  TORCH_CHECK(v == "0" || v == "1", "flint.decode_attention: FLINT_REFILL_AFTER_WAIT must be "
+              "0 or 1, got '", v, "'");
+  return v == "1" ? 1 : 0;
 }
 
 bool pdl_enabled() {
@@ -98,7 +102,7 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
-  p.issue_after_wait = issue_after_wait() ? 1 : 0;
+  p.refill_after_wait = refill_after_wait();
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;
