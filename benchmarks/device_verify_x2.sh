@@ -16,7 +16,9 @@
 # BENCH_IMPLS (default flint) names the benchmarked implementations, e.g.
 # flint,xqa,sdpa with the FlashInfer wheels carried (benchmarks/WHEELS.md).
 # GPU_TESTS_GREP is an extended regex over test_gpu.py's node ids (default:
-# all). BUDGET_S (default 500) after the start, whatever still runs is
+# all); GPU_TESTS_FILE, a file of node ids (one per line or space-separated),
+# selects them instead (the ones a cut-short run left). SANITIZE=0 skips the
+# sanitizers and the SASS check, OTHER_TESTS=none the other test files. BUDGET_S (default 500) after the start, whatever still runs is
 # stopped, so that the logs are packed inside the call's time limit;
 # everything lands in $OUT/verify.tar (the device tool returns few files) and
 # the summaries are printed last.
@@ -33,8 +35,12 @@ bash $check build >/dev/null 2>&1
 if grep -q "build ok" "$OUT/summary-build.txt"; then
   deadline=$(( start + ${BUDGET_S:-500} ))
   # The selected test_gpu.py node ids, 7 of every 10 to GPU 0 (its grid is the slow part).
-  python3 -m pytest --collect-only -q -p no:cacheprovider tests/test_gpu.py 2>/dev/null |
-    grep "::" | grep -E "${GPU_TESTS_GREP:-.}" >"$OUT/gpu_ids.txt"
+  if [ -n "${GPU_TESTS_FILE:-}" ]; then
+    tr ' ' '\n' <"$GPU_TESTS_FILE" | grep "::" >"$OUT/gpu_ids.txt"
+  else
+    python3 -m pytest --collect-only -q -p no:cacheprovider tests/test_gpu.py 2>/dev/null |
+      grep "::" | grep -E "${GPU_TESTS_GREP:-.}" >"$OUT/gpu_ids.txt"
+  fi
   awk 'NR % 10 < 7' "$OUT/gpu_ids.txt" | tr '\n' ' ' >"$OUT/gpu_a.txt"
   awk 'NR % 10 >= 7' "$OUT/gpu_ids.txt" | tr '\n' ' ' >"$OUT/gpu_b.txt"
   # Runs test_gpu.py ids from file $2 on GPU $1, unless there are none (an
@@ -49,8 +55,9 @@ if grep -q "build ok" "$OUT/summary-build.txt"; then
   } >"$OUT/gpu0.out" 2>&1 &
   gpu0=$!
   {
-    CUDA_VISIBLE_DEVICES=1 SANITIZE_SUBSET=0 bash $check sanitize sass
-    CUDA_VISIBLE_DEVICES=1 RUN_TAG=gpu1o_ TEST_PATHS="$other" PYTEST_ARGS='-k not(cpu)' bash $check tests
+    [ "${SANITIZE:-1}" = 0 ] || CUDA_VISIBLE_DEVICES=1 SANITIZE_SUBSET=0 bash $check sanitize sass
+    [ "$other" = none ] ||
+      CUDA_VISIBLE_DEVICES=1 RUN_TAG=gpu1o_ TEST_PATHS="$other" PYTEST_ARGS='-k not(cpu)' bash $check tests
     gpu_tests 1 "$OUT/gpu_b.txt" gpu1_
   } >"$OUT/gpu1.out" 2>&1 &
   gpu1=$!
