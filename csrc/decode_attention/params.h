@@ -50,8 +50,8 @@ struct DecodeParams {
   int max_active_splits;  // split kernel: at most this many splits take pages (the CTAs the
                           // GPU holds at once / (request, kv head) pairs; set by the launch)
   int refill_after_wait;  // 1: a warp refills its ring only once the page it waits for has
-                          // arrived (kStages - 2 pages in flight while it computes, not
-                          // kStages - 1); -1 from the op: the launch decides (launch.cu)
+                          // arrived (kStages - 1 pages in flight while it waits, not
+                          // kStages); -1 from the op: the launch decides (launch.cu)
 
   // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
   // written by the kTimeline kernels; nullptr for the operator. Last, so the
