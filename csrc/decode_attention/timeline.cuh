@@ -13,12 +13,17 @@
 
 namespace flint::detail {
 
+// This CTA's (ns, clock) pair of stamp s.
+__device__ __forceinline__ uint64_t* stamp_slot(const DecodeParams& p, TimelineStamp s) {
+  const int64_t cta = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
+  return p.timeline + (cta * kNumStamps + s) * 2;
+}
+
 template <bool kTimeline>
 __device__ __forceinline__ void stamp(const DecodeParams& p, TimelineStamp s) {
   if constexpr (kTimeline) {
     if (threadIdx.x == 0) {
-      const int64_t cta = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
-      uint64_t* slot = p.timeline + (cta * kNumStamps + s) * 2;
+      uint64_t* slot = stamp_slot(p, s);
       slot[0] = ptx::global_timer_ns();
       slot[1] = ptx::sm_clock();
     }
@@ -31,8 +36,7 @@ template <bool kTimeline>
 __device__ __forceinline__ void stamp_after(const DecodeParams& p, TimelineStamp s, int dep) {
   if constexpr (kTimeline) {
     if (threadIdx.x == 0) {
-      const int64_t cta = blockIdx.x + int64_t(gridDim.x) * (blockIdx.y + int64_t(gridDim.y) * blockIdx.z);
-      uint64_t* slot = p.timeline + (cta * kNumStamps + s) * 2;
+      uint64_t* slot = stamp_slot(p, s);
       ptx::timers_after(static_cast<uint32_t>(dep), slot[0], slot[1]);
     }
   }
