@@ -18,10 +18,11 @@
 # GPU_TESTS_GREP is an extended regex over test_gpu.py's node ids (default:
 # all); GPU_TESTS_FILE, a file of node ids (one per line or space-separated),
 # selects them instead (the ones a cut-short run left). SANITIZE=0 skips the
-# sanitizers and the SASS check, OTHER_TESTS=none the other test files. BUDGET_S (default 500) after the start, whatever still runs is
-# stopped, so that the logs are packed inside the call's time limit;
-# everything lands in $OUT/verify.tar (the device tool returns few files) and
-# the summaries are printed last.
+# sanitizers and the SASS check, OTHER_TESTS=none the other test files.
+# BUDGET_S (default 500) after the start, whatever still runs is stopped, so
+# that the logs are packed inside the call's time limit; everything lands in
+# $OUT/verify.tar (the device tool returns few files) and the summaries are
+# printed last.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 FINAL=${OUT:-$PWD/device_out}
