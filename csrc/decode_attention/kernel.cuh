@@ -46,10 +46,10 @@ __device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int d0 = 64 * (j / 4) + 8 * g + 2 * (j % 4);
-    *reinterpret_cast<float2*>(&buf[(2 * t) * kHeadDim + warp_buf_col(2 * t, d0)]) =
-        make_float2(st.o[4 * j], st.o[4 * j + 2]);
-    *reinterpret_cast<float2*>(&buf[(2 * t + 1) * kHeadDim + warp_buf_col(2 * t + 1, d0)]) =
-        make_float2(st.o[4 * j + 1], st.o[4 * j + 3]);
+    ptx::st_shared_f32x2(ptx::smem_addr(&buf[(2 * t) * kHeadDim + warp_buf_col(2 * t, d0)]),
+                         st.o[4 * j], st.o[4 * j + 2]);
+    ptx::st_shared_f32x2(ptx::smem_addr(&buf[(2 * t + 1) * kHeadDim + warp_buf_col(2 * t + 1, d0)]),
+                         st.o[4 * j + 1], st.o[4 * j + 3]);
   }
   if (g == 0) {
     buf[Plan::kWarpM + 2 * t] = st.m[0];
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
 #pragma unroll
     for (int e = 0; e < E; e += 4)
-      *reinterpret_cast<float4*>(po + e) = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
+      ptx::st_global_f32x4(po + e, o[e], o[e + 1], o[e + 2], o[e + 3]);
     if (ed == 0) {
       p.part_ml[row * 2 * kGqa + eh] = m_cta;
       p.part_ml[row * 2 * kGqa + kGqa + eh] = l_cta;
