@@ -188,7 +188,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
 #pragma unroll
     for (int e = 0; e < E; e += 4)
-      ptx::st_global_f32x4(po + e, o[e], o[e + 1], o[e + 2], o[e + 3]);
+      ptx::st_global_u32x4(po + e, __float_as_uint(o[e]), __float_as_uint(o[e + 1]),
+                           __float_as_uint(o[e + 2]), __float_as_uint(o[e + 3]));
     if (ed == 0) {
       p.part_ml[row * 2 * kGqa + eh] = m_cta;
       p.part_ml[row * 2 * kGqa + kGqa + eh] = l_cta;

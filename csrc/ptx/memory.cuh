@@ -46,18 +46,10 @@ __device__ __forceinline__ void st_global_u32x4(void* ptr, uint32_t a, uint32_t 
                : "memory");
 }
 
-// st.shared.v2.f32 at a shared-memory address (an 8-byte store; see
-// st_global_f32x4 for why not through a pointer).
+// st.shared.v2.f32 at a shared-memory address: one 8-byte store (a float2
+// stored through a pointer can come out as two 4-byte stores).
 __device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
-}
-
-// st.global.v4.f32: one 16-byte store (a float4 stored through a pointer can
-// come out as four 4-byte stores).
-__device__ __forceinline__ void st_global_f32x4(float* ptr, float a, float b, float c, float d) {
-  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "f"(a), "f"(b), "f"(c),
-               "f"(d)
-               : "memory");
 }
 
 // atom.add.acq_rel.gpu.s32: returns the old value.
