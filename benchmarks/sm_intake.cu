@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) ldg_intake(const uint4* src, i
 }
 
 float time_us(const void* kernel, const void* src, int* sink, int ctas) {
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
@@ -100,13 +101,10 @@ float time_us(const void* kernel, const void* src, int* sink, int ctas) {
     if (rep > 0) ts.push_back(ms * 1e3f);
   }
   CHECK(cudaGetLastError());
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2];
-}
-
-template <class K>
-void prepare(K kernel) {
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
 }
 
 }  // namespace
@@ -124,12 +122,6 @@ int main() {
     const void* k;
   };
   auto as_v = [](auto* k) { return reinterpret_cast<const void*>(k); };
-  prepare(bulk_intake<8192, 1>);
-  prepare(bulk_intake<8192, 2>);
-  prepare(bulk_intake<8192, 3>);
-  prepare(bulk_intake<16384, 1>);
-  prepare(ldg_intake<4>);
-  prepare(ldg_intake<8>);
   const V variants[] = {
       {"bulk 8 KB x1 per warp", as_v(bulk_intake<8192, 1>)},
       {"bulk 8 KB x2 per warp", as_v(bulk_intake<8192, 2>)},
