@@ -1,8 +1,7 @@
 """A few small launches of every merge path, for compute-sanitizer
 (memcheck, racecheck, synccheck): one split, the split merge through the
-workspace, cluster merge,
-seq_len 0, window, PDL on, the page ring refilled before and after the
-wait. Checks results loosely so a run that is silently
+workspace, cluster merge, seq_len 0, window, PDL on, the page ring refilled
+before and after the wait. Checks results loosely so a run that is silently
 wrong still fails."""
 
 import os
