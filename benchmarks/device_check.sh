@@ -2,8 +2,10 @@
 # One device-machine call: build, GPU tests, sanitizers, benchmark. A short
 # summary is printed last.
 #   bash benchmarks/device_check.sh [build] [tests] [variants] [sanitize] [sass] [bench] [timeline] [ncu] [demo]
-# (no argument: everything). Extra pytest arguments via PYTEST_ARGS (the tests
-# run on PYTEST_WORKERS pytest-xdist workers, default 8, where xdist exists),
+# (no argument: everything). Extra pytest arguments via PYTEST_ARGS (split at
+# spaces, quotes inside it do not group) and a -k expression via PYTEST_K (may
+# hold spaces: PYTEST_K='a or b'); the tests run on PYTEST_WORKERS pytest-xdist
+# workers (default 8) where xdist exists;
 # benchmark arguments via BENCH_ARGS, the test paths via TEST_PATHS (default
 # tests), a prefix for the log/summary names via RUN_TAG (two test runs side
 # by side on two GPUs). tests/test_multi_device.py runs only where two GPUs
@@ -59,13 +61,13 @@ for step in $steps; do
       rm -f "$OUT/${pre}errors.jsonl"
       FLINT_ERROR_LOG="$OUT/${pre}errors.jsonl" python3 -m pytest -q -p no:cacheprovider --durations=10 $workers \
         --deselect "tests/test_registration.py::test_torch_compile_fullgraph[cpu]" \
-        ${TEST_PATHS:-tests} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/${pre}tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
+        ${TEST_PATHS:-tests} ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/${pre}tests.log" | grep -vE '^(SKIPPED|PASSED)' | tail -40
       [ -s "$OUT/${pre}errors.jsonl" ] && python3 benchmarks/error_summary.py "$OUT/${pre}errors.jsonl" | tee "$OUT/${pre}errors.md"
       note "tests: $(tail -1 "$OUT/${pre}tests.log") ($(( $(date +%s) - t0 )) s)"
       pack ${pre}tests.log ${pre}errors.jsonl
       ;;
     variants)
-      python3 -m pytest -q -p no:cacheprovider $workers tests/test_kernel_variants.py ${PYTEST_ARGS:-} 2>&1 |
+      python3 -m pytest -q -p no:cacheprovider $workers tests/test_kernel_variants.py ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 |
         tee "$OUT/variants.log" | grep -vE '^(SKIPPED|PASSED)|PytestBenchmarkWarning|warner' | tail -25
       note "variants: $(tail -1 "$OUT/variants.log") ($(( $(date +%s) - t0 )) s)"
       pack variants.log
