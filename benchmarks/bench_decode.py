@@ -404,8 +404,7 @@ class Runner:
                                 lambda inp, cfg=cfg: G.flint_with_config(G.make_flint(inp), cfg)))
             elif key == "nopdl":
                 out.append(("flint-nopdl", G.make_flint_nopdl))
-            elif _env_impl(key):
-                env = _env_impl(key)
+            elif env := _env_impl(key):
                 name = "+".join(f"{k}={v}" for k, v in env.items())
                 out.append((f"flint[{name}]", lambda inp, e=env:
                             G.flint_with_env(G.make_flint(inp), e)))
