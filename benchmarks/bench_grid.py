@@ -239,7 +239,7 @@ def parse_env(text: str) -> dict | None:
 # The compiled kernel variants (csrc/decode_attention/launch.cu), as
 # (warps, stages) of the split kernel and of the warp-per-head kernel, and
 # (splits, warps, stages) of the cluster-merge kernel.
-SPLIT_VARIANTS = [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3)]
+SPLIT_VARIANTS = [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3), (9, 2), (10, 2)]
 WARP_PER_HEAD_VARIANTS = [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3)]
 CLUSTER_VARIANTS = [(4, 4, 2), (4, 4, 3), (8, 4, 2), (8, 4, 3), (4, 8, 2), (4, 8, 3),
                     (8, 8, 2), (8, 8, 3), (16, 4, 3), (16, 8, 2)]

@@ -35,7 +35,7 @@ constexpr Variant warp_per_head_variant() {
 // tuning (FLINT_LAUNCH_CONFIG), and the warp-per-head kernel.
 constexpr Variant kVariants[] = {
     variant<4, 2, 0>(), variant<4, 3, 0>(), variant<4, 4, 0>(),
-    variant<8, 2, 0>(), variant<8, 3, 0>(),
+    variant<8, 2, 0>(), variant<8, 3, 0>(), variant<9, 2, 0>(), variant<10, 2, 0>(),
     variant<4, 2, 4>(), variant<4, 3, 4>(), variant<4, 2, 8>(), variant<4, 3, 8>(),
     variant<8, 2, 4>(), variant<8, 3, 4>(), variant<8, 2, 8>(), variant<8, 3, 8>(),
     variant<4, 3, 16>(), variant<8, 2, 16>(),
@@ -43,7 +43,8 @@ constexpr Variant kVariants[] = {
     warp_per_head_variant<8, 2>(), warp_per_head_variant<8, 3>(),
     // With the diagnostic timeline: what the heuristic picks for the short
     // rows of the benchmark, and the b1 L1k cluster.
-    variant<8, 2, 0, true>(), variant<4, 3, 0, true>(), variant<4, 2, 0, true>(),
+    variant<8, 2, 0, true>(), variant<9, 2, 0, true>(), variant<10, 2, 0, true>(),
+    variant<4, 3, 0, true>(), variant<4, 2, 0, true>(),
     variant<4, 2, 4, true>(), variant<4, 2, 8, true>(),
     warp_per_head_variant<4, 2, true>(), warp_per_head_variant<4, 3, true>(),
 };
