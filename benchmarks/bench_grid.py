@@ -195,10 +195,10 @@ def launch_config(batch: int, num_kv_heads: int, sliding: bool, max_tokens: int,
         return (1, 4, 3 if batch <= 64 else 2, 1, 0)
     if num_bh <= 8 and max_tokens <= 1024:
         return (8, 4, 2, 1, 1)
+    if num_bh <= 8:
+        return (max(1, num_sms // num_bh), 9, 2, 1 if batch <= 2 else 4, 0)
     if batch <= 2:
         return (max(1, 2 * num_sms // num_bh), 8, 2, 1, 0)
-    if num_bh <= 8:
-        return (max(1, 2 * num_sms // num_bh), 8, 2, 4, 0)
     if batch <= 4:
         return (max(1, num_sms // num_bh), 8, 2, 2, 0)
     return (max(1, 2 * num_sms // num_bh), 4, 3, 2, 0)

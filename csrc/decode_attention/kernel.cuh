@@ -66,6 +66,14 @@ __device__ __forceinline__ float4 read_warp_o(const float* buf, int h, int d) {
   return (h & 2) ? make_float4(x.z, x.w, x.x, x.y) : x;
 }
 
+// The fewest splits of `warps` warps that give each warp the same largest
+// number of the `pages`, at most `cap` and each warp at least min_pages.
+__device__ __forceinline__ int fewest_splits(int pages, int warps, int cap, int min_pages) {
+  const int splits = min(cap, (pages + warps * min_pages - 1) / (warps * min_pages));
+  const int pages_per_warp = (pages + splits * warps - 1) / (splits * warps);
+  return (pages + pages_per_warp * warps - 1) / (pages_per_warp * warps);
+}
+
 }  // namespace detail
 
 template <int kWarps, int kStages, int kClusterSplits, bool kTimeline = false>
@@ -106,15 +114,22 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // A split is active when each of its warps gets at least min_pages pages and
   // the active CTAs fit the GPU at once (max_active_splits), and of those only
   // as many as give each warp the same largest number of pages: the SMs left
-  // over let the next call's CTAs in before this call ends. A cluster keeps
-  // every rank active (each one merges a slice of the dims).
-  int num_splits = max_splits;
+  // over let the next call's CTAs in before this call ends. Warps past the
+  // kMergeWarps stream only where they lower that number of splits (b1 L8k:
+  // 15 of 9 warps instead of 16 of 8); elsewhere they would only add pages in
+  // flight. A cluster keeps every rank active (each one merges a slice of the
+  // dims).
+  int num_splits = max_splits, stream_warps = kWarps;
   if constexpr (kClusterSplits == 0) {
-    const int pages = max(num_pages, 1);
-    num_splits = min(min(max_splits, p.max_active_splits),
-                     (pages + kWarps * p.min_pages - 1) / (kWarps * p.min_pages));
-    const int pages_per_warp = (pages + num_splits * kWarps - 1) / (num_splits * kWarps);
-    num_splits = (pages + pages_per_warp * kWarps - 1) / (pages_per_warp * kWarps);
+    const int pages = max(num_pages, 1), cap = min(max_splits, p.max_active_splits);
+    num_splits = fewest_splits(pages, kWarps, cap, p.min_pages);
+    if constexpr (kWarps > kMergeWarps) {
+      const int merge_warp_splits = fewest_splits(pages, kMergeWarps, cap, p.min_pages);
+      if (merge_warp_splits <= num_splits) {
+        num_splits = merge_warp_splits;
+        stream_warps = kMergeWarps;
+      }
+    }
   }
 
   if (num_pages <= 0) {
@@ -130,9 +145,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   // ---- this warp's pages --------------------------------------------------
   // Warp gw of the (request, kv head) takes pages start_page + gw + k * warps_total.
-  const int warps_total = num_splits * kWarps;
-  const int gw = split * kWarps + warp;
-  const int n_pages = (max(num_pages - gw, 0) + warps_total - 1) / warps_total;
+  const int warps_total = num_splits * stream_warps;
+  const int gw = split * stream_warps + warp;
+  const int n_pages =
+      warp < stream_warps ? (max(num_pages - gw, 0) + warps_total - 1) / warps_total : 0;
   const WarpPages pages{p.block_tables + b * p.bt_stride_b + start_page + gw,
                         p.kv_cache + kvh * p.kv_stride_head,
                         p.kv_stride_block,

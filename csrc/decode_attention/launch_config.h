@@ -55,8 +55,8 @@ inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool slid
     return {1, 4, batch <= 64 ? 3 : 2, 1, false};
   }
   if (num_bh <= 8 && max_tokens <= 1024) return {8, 4, 2, 1, true};
+  if (num_bh <= 8) return {at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4, false};
   if (batch <= 2) return {at_least_1(2 * num_sms / num_bh), 8, 2, 1, false};
-  if (num_bh <= 8) return {at_least_1(2 * num_sms / num_bh), 8, 2, 4, false};
   if (batch <= 4) return {at_least_1(num_sms / num_bh), 8, 2, 2, false};
   return {at_least_1(2 * num_sms / num_bh), 4, 3, 2, false};
 }
