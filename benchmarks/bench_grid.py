@@ -195,10 +195,10 @@ def launch_config(batch: int, num_kv_heads: int, sliding: bool, max_tokens: int,
         return (1, 4, 3 if batch <= 64 else 2, 1, 0)
     if num_bh <= 8 and max_tokens <= 1024:
         return (8, 4, 2, 1, 1)
+    if num_bh <= 8:
+        return (max(1, num_sms // num_bh), 9, 2, 1 if batch <= 2 else 4, 0)
     if batch <= 2:
         return (max(1, 2 * num_sms // num_bh), 8, 2, 1, 0)
-    if num_bh <= 8:
-        return (max(1, 2 * num_sms // num_bh), 8, 2, 4, 0)
     if batch <= 4:
         return (max(1, num_sms // num_bh), 8, 2, 2, 0)
     return (max(1, 2 * num_sms // num_bh), 4, 3, 2, 0)
@@ -239,7 +239,7 @@ def parse_env(text: str) -> dict | None:
 # The compiled kernel variants (csrc/decode_attention/launch.cu), as
 # (warps, stages) of the split kernel and of the warp-per-head kernel, and
 # (splits, warps, stages) of the cluster-merge kernel.
-SPLIT_VARIANTS = [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3)]
+SPLIT_VARIANTS = [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3), (9, 2), (10, 2)]
 WARP_PER_HEAD_VARIANTS = [(4, 2), (4, 3), (4, 4), (8, 2), (8, 3)]
 CLUSTER_VARIANTS = [(4, 4, 2), (4, 4, 3), (8, 4, 2), (8, 4, 3), (4, 8, 2), (4, 8, 3),
                     (8, 8, 2), (8, 8, 3), (16, 4, 3), (16, 8, 2)]

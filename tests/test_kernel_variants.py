@@ -26,6 +26,8 @@ CONFIGS = [
     "16,8,2,2,0",
     "5,8,3,1,0",
     "25,4,4,1,0",
+    "16,9,2,1,0",  # 9 and 10 warps: the 9th and 10th only stream, 8 merge
+    "13,10,2,2,0",
     "4,4,2,1,1",
     "4,4,3,1,1",
     "8,4,2,1,1",
@@ -91,6 +93,16 @@ def test_many_splits(launch_config, seq_lens):
     torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 0.07, out)
     torch.cuda.synchronize()
     check(out, reference(q, kv, bt, sl, sinks, None, 0.07))
+
+
+@pytest.mark.parametrize("config", ["16,9,2,1,0", "33,9,2,4,0", "13,10,2,1,0"])
+def test_extra_warps_stream_where_they_save_splits(launch_config, config):
+    # 9 or 10 warps per split: at L 8192 all of them stream (15 or 13 splits
+    # of 16 suffice), at L 20000 only the 8 that merge (16 splits either way);
+    # one launch holds both, and empty and one-page requests.
+    q, kv, bt, sl, sinks, out = make_inputs([8192, 20000, 3, 0, 8000], 1, None)
+    launch_config(config)
+    check_twice(q, kv, bt, sl, sinks, None, 128**-0.5, out)
 
 
 def test_splits_past_one_wave_stay_idle(launch_config):
@@ -185,13 +197,14 @@ def test_heuristic_follows_block_table_width(launch_config, max_blocks, batch, k
                 inp.out)
 
 
-# The ring refilled before or after the wait (the launch picks one per
-# configuration; FLINT_REFILL_AFTER_WAIT forces either), clusters and
+# The ring refilled before or after the wait, or after it only in the warps
+# whose first page has arrived by then (the launch picks one per
+# configuration; FLINT_REFILL_AFTER_WAIT forces each), clusters and
 # persistent warps included.
 @pytest.mark.parametrize("config", ["16,8,2,1,0", "7,4,3,1,0", "25,4,4,1,0", "8,4,2,1,1",
                                     "0,4,3,1,0", "0,8,2,1,0"])
 @pytest.mark.parametrize("window", [None, 37])
-@pytest.mark.parametrize("refill_after_wait", ["0", "1"])
+@pytest.mark.parametrize("refill_after_wait", ["0", "1", "2"])
 def test_refill_after_wait(launch_config, monkeypatch, config, window, refill_after_wait):
     monkeypatch.setenv("FLINT_REFILL_AFTER_WAIT", refill_after_wait)
     launch_config(config)
@@ -208,5 +221,5 @@ def test_refill_after_wait(launch_config, monkeypatch, config, window, refill_af
 def test_refill_after_wait_rejects_other_values(monkeypatch):
     monkeypatch.setenv("FLINT_REFILL_AFTER_WAIT", "yes")
     q, kv, bt, sl, sinks, out = make_inputs([5], 1, None)
-    with pytest.raises(RuntimeError, match="FLINT_REFILL_AFTER_WAIT must be 0 or 1"):
+    with pytest.raises(RuntimeError, match="FLINT_REFILL_AFTER_WAIT must be 0, 1 or 2"):
         torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 128**-0.5, out)

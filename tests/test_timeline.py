@@ -16,6 +16,7 @@ SCALE = 128**-0.5
 
 @pytest.mark.parametrize("config,seq_lens,window", [
     ("16,8,2,1,0", [5000, 0, 17], None),  # last-CTA merge, inactive splits, seq_len 0
+    ("33,9,2,1,0", [8192, 3, 0], None),  # a warp that only streams
     ("3,4,3,1,0", [300, 40], None),
     ("8,4,2,1,1", [900, 1], 128),  # cluster of 8
     ("0,4,2,1,0", [0, 700, 17, 129, 5], 128),  # one warp per (request, kv head)

@@ -66,6 +66,14 @@ __device__ __forceinline__ float4 read_warp_o(const float* buf, int h, int d) {
   return (h & 2) ? make_float4(x.z, x.w, x.x, x.y) : x;
 }
 
+// The fewest splits of `warps` warps that give each warp the same largest
+// number of the `pages`, at most `cap` and each warp at least min_pages.
+__device__ __forceinline__ int fewest_splits(int pages, int warps, int cap, int min_pages) {
+  const int splits = min(cap, (pages + warps * min_pages - 1) / (warps * min_pages));
+  const int pages_per_warp = (pages + splits * warps - 1) / (splits * warps);
+  return (pages + pages_per_warp * warps - 1) / (pages_per_warp * warps);
+}
+
 }  // namespace detail
 
 template <int kWarps, int kStages, int kClusterSplits, bool kTimeline = false>
@@ -73,8 +81,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     decode_attention_kernel(const __grid_constant__ DecodeParams p) {
   using Plan = SmemPlan<kWarps, kStages, kClusterSplits>;
   using namespace detail;
-  // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
-  constexpr int E = kGqa * kHeadDim / (32 * kWarps);
+  // Epilogue mapping: thread tid < 32 kMergeWarps owns E consecutive dims
+  // [ed, ed + E) of head eh.
+  constexpr int kMergeWarps = Plan::kMergeWarps;
+  constexpr int E = kGqa * kHeadDim / (32 * kMergeWarps);
   constexpr int kThreadsPerHead = kHeadDim / E;
 
   extern __shared__ __align__(128) uint8_t smem[];
@@ -83,7 +93,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int max_splits = gridDim.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
-  const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
+  const bool merges = warp < kMergeWarps;
+  const int eh = merges ? tid / kThreadsPerHead : 0, ed = (tid % kThreadsPerHead) * E;
   const int bh = b * p.num_kv_heads + kvh;
   uint16_t* out_row = p.out + b * p.out_stride_b + (kvh * kGqa + eh) * p.out_stride_h;
   // NOTE: sinks are weights, never written by the kernel this one overlaps
@@ -101,18 +112,30 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
   stamp_after<kTimeline>(p, kStampSeqLen, seq_len);
   // A split is active when each of its warps gets at least min_pages pages and
-  // the active CTAs fit the GPU at once (max_active_splits); a cluster keeps
-  // every rank active (each one merges a slice of the dims).
-  const int num_splits =
-      kClusterSplits > 0
-          ? max_splits
-          : min(min(max_splits, p.max_active_splits),
-                (num_pages + kWarps * p.min_pages - 1) / (kWarps * p.min_pages));
+  // the active CTAs fit the GPU at once (max_active_splits), and of those only
+  // as many as give each warp the same largest number of pages: the SMs left
+  // over let the next call's CTAs in before this call ends. Warps past the
+  // kMergeWarps stream only where they lower that number of splits (b1 L8k:
+  // 15 of 9 warps instead of 16 of 8); elsewhere they would only add pages in
+  // flight. A cluster keeps every rank active (each one merges a slice of the
+  // dims).
+  int num_splits = max_splits, stream_warps = kWarps;
+  if constexpr (kClusterSplits == 0) {
+    const int pages = max(num_pages, 1), cap = min(max_splits, p.max_active_splits);
+    num_splits = fewest_splits(pages, kWarps, cap, p.min_pages);
+    if constexpr (kWarps > kMergeWarps) {
+      const int merge_warp_splits = fewest_splits(pages, kMergeWarps, cap, p.min_pages);
+      if (merge_warp_splits <= num_splits) {
+        num_splits = merge_warp_splits;
+        stream_warps = kMergeWarps;
+      }
+    }
+  }
 
   if (num_pages <= 0) {
     // ---- empty sequence: zeros ----------------------------------------------
     ptx::grid_dependency_wait();  // the previous kernel may still read `out`
-    if (split == 0) {
+    if (split == 0 && merges) {
       float zeros[E] = {};
       store_out<E>(out_row + ed, zeros, 0.f);
     }
@@ -122,9 +145,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   // ---- this warp's pages --------------------------------------------------
   // Warp gw of the (request, kv head) takes pages start_page + gw + k * warps_total.
-  const int warps_total = num_splits * kWarps;
-  const int gw = split * kWarps + warp;
-  const int n_pages = (max(num_pages - gw, 0) + warps_total - 1) / warps_total;
+  const int warps_total = num_splits * stream_warps;
+  const int gw = split * stream_warps + warp;
+  const int n_pages =
+      warp < stream_warps ? (max(num_pages - gw, 0) + warps_total - 1) / warps_total : 0;
   const WarpPages pages{p.block_tables + b * p.bt_stride_b + start_page + gw,
                         p.kv_cache + kvh * p.kv_stride_head,
                         p.kv_stride_block,
@@ -153,6 +177,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   float* warp_bufs = reinterpret_cast<float*>(smem);
   store_warp_state<Plan>(warp_bufs + warp * Plan::kWarpBufFloats, st, g, t);
   __syncthreads();
+  if (!merges) return;
 
   float m_cta = neg_inf();
 #pragma unroll
@@ -201,14 +226,14 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     // no bar.sync on the way, and the merges of a pair's heads run in
     // parallel (b1 L8k: final merge 1.38 -> 0.96 us, device run 26).
     __syncwarp();
-    int* counter = p.counters + int64_t(bh) * kWarps + warp;
+    int* counter = p.counters + int64_t(bh) * kMergeWarps + warp;
     int arrival = 0;
     if (lane == 0) arrival = ptx::atomic_add_acq_rel_gpu(counter, 1);
     arrival = __shfl_sync(kFullMask, arrival, 0);
     __syncwarp();
     stamp<kTimeline>(p, kStampArrived);
     if (arrival == num_splits - 1) {
-      merge_splits<kWarps>(p, bh, num_splits, eh, ed, sink_scaled, out_row);
+      merge_splits<kMergeWarps>(p, bh, num_splits, eh, ed, sink_scaled, out_row);
       // The counter resets itself for the next launch on this stream.
       if (lane == 0) ptx::st_relaxed_gpu(counter, 0);
     }

@@ -35,7 +35,7 @@ constexpr Variant warp_per_head_variant() {
 // tuning (FLINT_LAUNCH_CONFIG), and the warp-per-head kernel.
 constexpr Variant kVariants[] = {
     variant<4, 2, 0>(), variant<4, 3, 0>(), variant<4, 4, 0>(),
-    variant<8, 2, 0>(), variant<8, 3, 0>(),
+    variant<8, 2, 0>(), variant<8, 3, 0>(), variant<9, 2, 0>(), variant<10, 2, 0>(),
     variant<4, 2, 4>(), variant<4, 3, 4>(), variant<4, 2, 8>(), variant<4, 3, 8>(),
     variant<8, 2, 4>(), variant<8, 3, 4>(), variant<8, 2, 8>(), variant<8, 3, 8>(),
     variant<4, 3, 16>(), variant<8, 2, 16>(),
@@ -43,7 +43,8 @@ constexpr Variant kVariants[] = {
     warp_per_head_variant<8, 2>(), warp_per_head_variant<8, 3>(),
     // With the diagnostic timeline: what the heuristic picks for the short
     // rows of the benchmark, and the b1 L1k cluster.
-    variant<8, 2, 0, true>(), variant<4, 3, 0, true>(), variant<4, 2, 0, true>(),
+    variant<8, 2, 0, true>(), variant<9, 2, 0, true>(), variant<10, 2, 0, true>(),
+    variant<4, 3, 0, true>(), variant<4, 2, 0, true>(),
     variant<4, 2, 4, true>(), variant<4, 2, 8, true>(),
     warp_per_head_variant<4, 2, true>(), warp_per_head_variant<4, 3, true>(),
 };
@@ -181,8 +182,12 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
     // about twice what the HBM ceiling needs, and the shorter queue gains on
     // every such row (b1 L128k 124.2 -> 122.7, b4 L8k 34.1 -> 33.7, b1 L8k
     // 11.7 -> 11.6 us); the 4-warp splits (b64 L8k 475.9 -> 476.9) and the
-    // clusters (b1 L1k 3.75 -> 3.85) lose (device run 31).
-    if (p.refill_after_wait < 0) p.refill_after_wait = !cfg.cluster && cfg.num_warps == 8;
+    // clusters (b1 L1k 3.75 -> 3.85) lose (device run 31). In the 9-warp
+    // splits (<= 8 pairs) the warps whose first page is still in flight at
+    // the release refill before the wait, to catch up (b1 L8k / h1 b8 11.5
+    // -> 11.4 us, period mean 11.74 -> 11.49; device run 57).
+    if (p.refill_after_wait < 0)
+      p.refill_after_wait = cfg.cluster || cfg.num_warps < 8 ? 0 : cfg.num_warps == 8 ? 1 : 2;
   }
   launch.blockDim = dim3(32 * cfg.num_warps);
   launch.dynamicSmemBytes = launch_smem_bytes(v, sliding);

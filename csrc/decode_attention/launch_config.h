@@ -10,7 +10,7 @@ namespace flint {
 struct LaunchConfig {
   int num_splits;  // CTAs per (request, kv head): gridDim.x; 0: one warp per (request, kv
                    // head), decode_attention_warp_per_head_kernel
-  int num_warps;   // 4 or 8
+  int num_warps;   // 4 or 8; the split kernel also 9 or 10 (8 of them merge)
   int num_stages;  // page-ring slots per warp
   int min_pages;   // a split is active when each of its warps gets this many pages
   bool cluster;    // merge the splits in a thread-block cluster (DSMEM)
@@ -35,13 +35,21 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 //    cluster of 8 splits of 4 warps (b1 L1k: 3.82 us against 4.92 for 16
 //    splits and the last-CTA merge, device run 10; the cluster loses from
 //    L8k on, where its 64 CTAs stream too little);
+//  - full, <= 8 (request, kv head) pairs, wider tables: num_sms / pairs
+//    splits of 9 warps, min_pages 1 at batch <= 2, else 4. The kernel keeps
+//    as few splits active as give each warp the same largest page count, and
+//    lets the 9th warp stream only where that saves splits: at L8k 15 of 9
+//    warps (120 CTAs) instead of 16 of 8 leave 12 SMs free, the next call's
+//    CTAs all enter before this one ends and calls stop alternating between
+//    ~10.5 and ~13 us (b1 L8k 11.8 -> 11.5 us, h1 b8 11.9 -> 11.5; b1 L32k
+//    34.6 -> 34.9, b1 L128k equal; device runs 56-57). Launching idle
+//    splits too (20, 24, 33 of 9 warps) is slower: they hold SMs the next
+//    call's active CTAs wait for;
 //  - full, 1..2 requests: min_pages 1 (b1 L1k: 5.6 vs 6.8 us), and twice as
 //    many splits as the SMs take once, of which the kernel keeps one wave
 //    active (max_active_splits) and the rest leave at once: b1 L8k 11.74 us
 //    against 12.17, b1 L32k 34.39 against 34.98 (device run 16; why the idle
 //    CTAs help is not measured);
-//  - full, more requests but <= 8 (request, kv head) pairs: 8 warps, min_pages 4
-//    (kv heads 1, b8 L8k: 12.4 vs 15.5 us);
 //  - full, 3..4 requests: as many 8-warp splits as the SMs take once (b4 L8k:
 //    35.7 vs 36.7 us for twice as many 4-warp splits).
 inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool sliding,
@@ -55,8 +63,8 @@ inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool slid
     return {1, 4, batch <= 64 ? 3 : 2, 1, false};
   }
   if (num_bh <= 8 && max_tokens <= 1024) return {8, 4, 2, 1, true};
+  if (num_bh <= 8) return {at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4, false};
   if (batch <= 2) return {at_least_1(2 * num_sms / num_bh), 8, 2, 1, false};
-  if (num_bh <= 8) return {at_least_1(2 * num_sms / num_bh), 8, 2, 4, false};
   if (batch <= 4) return {at_least_1(num_sms / num_bh), 8, 2, 2, false};
   return {at_least_1(2 * num_sms / num_bh), 4, 3, 2, false};
 }

@@ -51,7 +51,9 @@ struct DecodeParams {
                           // GPU holds at once / (request, kv head) pairs; set by the launch)
   int refill_after_wait;  // 1: a warp refills its ring only once the page it waits for has
                           // arrived (kStages - 1 pages in flight while it waits, not
-                          // kStages); -1 from the op: the launch decides (launch.cu)
+                          // kStages); 2: so do the warps whose first page has arrived
+                          // when griddepcontrol.wait returns, the others (late) refill
+                          // before; -1 from the op: the launch decides (launch.cu)
 
   // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
   // written by the kTimeline kernels; nullptr for the operator. Last, so the

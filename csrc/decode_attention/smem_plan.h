@@ -21,7 +21,13 @@ struct ClusterBufPlan {
 
 template <int kWarps, int kStages, int kClusterSplits>
 struct SmemPlan {
-  static_assert(kWarps == 4 || kWarps == 8, "the epilogue maps 1024 outputs onto 128 or 256 threads");
+  static_assert(kWarps == 4 || kWarps >= 8, "the epilogue maps 1024 outputs onto 128 or 256 threads");
+  static_assert(kClusterSplits == 0 || kWarps <= 8, "every thread of a cluster rank merges");
+
+  // Warps that run the epilogue (CTA merge onwards): all of them up to 8;
+  // beyond 8 the others only stream pages (more warps per split, so fewer
+  // splits and CTAs give each warp the same pages).
+  static constexpr int kMergeWarps = kWarps < 8 ? kWarps : 8;
   static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
 
   // Page ring: kStages slots of 8 KB per warp; one mbarrier per slot.

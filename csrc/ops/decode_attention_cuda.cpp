@@ -38,14 +38,14 @@ LaunchConfig launch_config(int batch, int num_kv_heads, bool sliding, int64_t ma
   return cfg;
 }
 
-// FLINT_REFILL_AFTER_WAIT=0 / =1 overrides the launch's choice (A/B runs).
+// FLINT_REFILL_AFTER_WAIT=0 / =1 / =2 overrides the launch's choice (A/B runs).
 int refill_after_wait() {
   const char* env = std::getenv("FLINT_REFILL_AFTER_WAIT");
   if (env == nullptr) return -1;
   const std::string v(env);
-  TORCH_CHECK(v == "0" || v == "1", "flint.decode_attention: FLINT_REFILL_AFTER_WAIT must be "
-              "0 or 1, got '", v, "'");
-  return v == "1" ? 1 : 0;
+  TORCH_CHECK(v == "0" || v == "1" || v == "2", "flint.decode_attention: "
+              "FLINT_REFILL_AFTER_WAIT must be 0, 1 or 2, got '", v, "'");
+  return v[0] - '0';
 }
 
 bool pdl_enabled() {

@@ -38,4 +38,20 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t pari
       : "memory");
 }
 
+// mbarrier.test_wait.parity.shared::cta.b64: whether the phase with parity
+// `parity` has completed, without waiting.
+__device__ __forceinline__ bool mbarrier_test_parity(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 }  // namespace flint::ptx
