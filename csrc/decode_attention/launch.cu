@@ -182,8 +182,8 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchConf
     // about twice what the HBM ceiling needs, and the shorter queue gains on
     // every such row (b1 L128k 124.2 -> 122.7, b4 L8k 34.1 -> 33.7, b1 L8k
     // 11.7 -> 11.6 us); the 4-warp splits (b64 L8k 475.9 -> 476.9) and the
-    // clusters (b1 L1k 3.75 -> 3.85) lose (device run 31). In the 9-warp
-    // splits (<= 8 pairs) the warps whose first page is still in flight at
+    // clusters (b1 L1k 3.75 -> 3.85) lose (device run 31). In the 9- and
+    // 10-warp splits (<= 8 pairs) the warps whose first page is still in flight at
     // the release refill before the wait, to catch up (b1 L8k / h1 b8 11.5
     // -> 11.4 us, period mean 11.74 -> 11.49; device run 57).
     if (p.refill_after_wait < 0)
