@@ -95,11 +95,13 @@ def test_many_splits(launch_config, seq_lens):
     check(out, reference(q, kv, bt, sl, sinks, None, 0.07))
 
 
-@pytest.mark.parametrize("config", ["16,9,2,1,0", "33,9,2,4,0", "13,10,2,1,0"])
+@pytest.mark.parametrize("config", ["16,9,2,1,0", "33,9,2,4,0", "16,10,2,1,0", "13,10,2,1,0"])
 def test_extra_warps_stream_where_they_save_splits(launch_config, config):
-    # 9 or 10 warps per split: at L 8192 all of them stream (15 or 13 splits
-    # of 16 suffice), at L 20000 only the 8 that merge (16 splits either way);
-    # one launch holds both, and empty and one-page requests.
+    # 9 or 10 warps per split, 5 pairs: at L 8192 all of them stream where
+    # the launch has splits to spare (15 of 9 or 13 of 10 instead of 16 of
+    # 8; with 13 launched, 8 of 10 do), at L 20000 only the 8 that merge (as
+    # few splits either way); one launch holds both, and empty and one-page
+    # requests.
     q, kv, bt, sl, sinks, out = make_inputs([8192, 20000, 3, 0, 8000], 1, None)
     launch_config(config)
     check_twice(q, kv, bt, sl, sinks, None, 128**-0.5, out)
