@@ -48,6 +48,16 @@ int refill_after_wait() {
   return v[0] - '0';
 }
 
+// FLINT_BANK_SPREAD=0 turns load_page's bank spread off (A/B runs).
+int bank_spread() {
+  const char* env = std::getenv("FLINT_BANK_SPREAD");
+  if (env == nullptr) return 1;
+  const std::string v(env);
+  TORCH_CHECK(v == "0" || v == "1", "flint.decode_attention: "
+              "FLINT_BANK_SPREAD must be 0 or 1, got '", v, "'");
+  return v[0] - '0';
+}
+
 bool pdl_enabled() {
   const char* env = std::getenv("FLINT_PDL");
   return env == nullptr || std::string(env) != "0";
@@ -103,6 +113,7 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
   p.refill_after_wait = refill_after_wait();
+  p.bank_spread = bank_spread();
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;
