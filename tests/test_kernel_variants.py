@@ -239,16 +239,17 @@ def test_bank_spread_changes_no_bit(launch_config, monkeypatch, config, window):
     seq_lens = [0, 1, 15, 16, 17, 33, 250, 1000, 4097, 129]
     q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 2, window)
     outs = {}
-    for spread in ("0", "1"):
+    for spread in ("0", "1", "2", "3"):
         monkeypatch.setenv("FLINT_BANK_SPREAD", spread)
         out.fill_(float("nan"))
         check_twice(q, kv, bt, sl, sinks, window, 128**-0.5, out)
         outs[spread] = out.clone()
-    assert torch.equal(outs["0"], outs["1"]), "the bank spread changed the output"
+    for spread in ("1", "2", "3"):
+        assert torch.equal(outs["0"], outs[spread]), f"bank spread {spread} changed the output"
 
 
 def test_bank_spread_rejects_other_values(monkeypatch):
-    monkeypatch.setenv("FLINT_BANK_SPREAD", "2")
+    monkeypatch.setenv("FLINT_BANK_SPREAD", "4")
     q, kv, bt, sl, sinks, out = make_inputs([5], 1, None)
-    with pytest.raises(RuntimeError, match="FLINT_BANK_SPREAD must be 0 or 1"):
+    with pytest.raises(RuntimeError, match="FLINT_BANK_SPREAD must be 0, 1, 2 or 3"):
         torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 128**-0.5, out)

@@ -43,7 +43,7 @@ __device__ __forceinline__ int warp_buf_col(int h, int d) { return d ^ (h & 6); 
 // 2t + (e & 1), dim o_tile_dim(j, g) + (e >> 1).
 template <class Plan>
 __device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st, int g, int t,
-                                                 bool bank_spread) {
+                                                 int bank_spread) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int d0 = o_tile_dim(j, g, bank_spread);
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
   __syncthreads();  // every warp is done with its ring
   float* warp_bufs = reinterpret_cast<float*>(smem);
-  store_warp_state<Plan>(warp_bufs + warp * Plan::kWarpBufFloats, st, g, t, p.bank_spread != 0);
+  store_warp_state<Plan>(warp_bufs + warp * Plan::kWarpBufFloats, st, g, t, p.bank_spread);
   __syncthreads();
   if (!merges) return;
 

@@ -55,11 +55,11 @@ __device__ __forceinline__ int v_chunk_dim(int g, int h, bool spread) {
 }
 
 __device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok, int seq_len,
-                                          int g, int t, bool spread, uint32_t (&k)[32],
+                                          int g, int t, int spread, uint32_t (&k)[32],
                                           uint32_t (&v)[32]) {
-  const uint32_t v_base = slot + kHeadDim * 2;
-  if (spread) {
-    const bool k_swap = g & 1, v_swap = t >> 1;
+  // spread: bit 0 K, bit 1 V (DecodeParams::bank_spread).
+  if (spread & 1) {
+    const bool k_swap = g & 1;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const uint32_t row = slot + (g + 8 * r) * kRowBytes + 16 * t;
@@ -75,6 +75,21 @@ __device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok
         }
       }
     }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t w[4];
+        ptx::ld_shared_u32x4(slot + (g + 8 * r) * kRowBytes + (32 * i + 8 * t) * 2, w);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) k[16 * r + 4 * i + j] = w[j];
+      }
+    }
+  }
+  const uint32_t v_base = slot + kHeadDim * 2;
+  if (spread & 2) {
+    const bool v_swap = t >> 1;
     const uint32_t chunk0 = v_chunk_dim(g, 0, true) * 2, chunk1 = v_chunk_dim(g, 1, true) * 2;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -89,16 +104,6 @@ __device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok
       }
     }
   } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t w[4];
-        ptx::ld_shared_u32x4(slot + (g + 8 * r) * kRowBytes + (32 * i + 8 * t) * 2, w);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) k[16 * r + 4 * i + j] = w[j];
-      }
-    }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int tok = 2 * t + (r & 1) + 8 * (r >> 1);
@@ -125,8 +130,8 @@ __device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok
 
 // The dim of row g of m-tile j of O^T (row g + 8: the next dim): the first
 // half of word j % 4 of V chunk j / 4 (load_page).
-__device__ __forceinline__ int o_tile_dim(int j, int g, bool spread) {
-  return v_chunk_dim(g, j / 4, spread) + 2 * (j % 4);
+__device__ __forceinline__ int o_tile_dim(int j, int g, int spread) {
+  return v_chunk_dim(g, j / 4, spread & 2) + 2 * (j % 4);
 }
 
 // One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
@@ -290,7 +295,7 @@ template <int kStages, bool kChain = false>
 __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int bt_next,
                                              const uint32_t (&q)[16], int start_tok, int seq_len,
                                              float scale_log2, int g, int t, int lane,
-                                             WarpState& st, bool bank_spread,
+                                             WarpState& st, int bank_spread,
                                              const NextPages* next = nullptr,
                                              bool refill_after_wait = false) {
   st.m[0] = st.m[1] = neg_inf();
@@ -381,7 +386,7 @@ __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, co
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
   stream_pages<kStages, kChain>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t,
-                                lane, st, p.bank_spread != 0, next, refill_after_wait);
+                                lane, st, p.bank_spread, next, refill_after_wait);
   stamp<kTimeline>(p, kStampStreamed);
 }
 

@@ -48,13 +48,14 @@ int refill_after_wait() {
   return v[0] - '0';
 }
 
-// FLINT_BANK_SPREAD=0 turns load_page's bank spread off (A/B runs).
+// FLINT_BANK_SPREAD=0..3 sets load_page's bank spread (bit 0 K, bit 1 V;
+// default 3) for A/B runs.
 int bank_spread() {
   const char* env = std::getenv("FLINT_BANK_SPREAD");
-  if (env == nullptr) return 1;
+  if (env == nullptr) return 3;
   const std::string v(env);
-  TORCH_CHECK(v == "0" || v == "1", "flint.decode_attention: "
-              "FLINT_BANK_SPREAD must be 0 or 1, got '", v, "'");
+  TORCH_CHECK(v.size() == 1 && v[0] >= '0' && v[0] <= '3', "flint.decode_attention: "
+              "FLINT_BANK_SPREAD must be 0, 1, 2 or 3, got '", v, "'");
   return v[0] - '0';
 }
 
