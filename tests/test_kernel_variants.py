@@ -225,31 +225,3 @@ def test_refill_after_wait_rejects_other_values(monkeypatch):
     q, kv, bt, sl, sinks, out = make_inputs([5], 1, None)
     with pytest.raises(RuntimeError, match="FLINT_REFILL_AFTER_WAIT must be 0, 1 or 2"):
         torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 128**-0.5, out)
-
-
-# load_page's bank spread (warp_pages.cuh) reads the same words in another
-# order and selects them back: the fragments, and so every output bit, equal
-# those of the plain loads (FLINT_BANK_SPREAD=0), in the split, cluster and
-# persistent warp-per-head kernels.
-@pytest.mark.parametrize("config", ["16,10,2,1,0", "16,8,2,2,0", "7,4,3,1,0", "8,4,2,1,1",
-                                    "0,4,3,1,0", "0,8,2,1,0"])
-@pytest.mark.parametrize("window", [None, 37])
-def test_bank_spread_changes_no_bit(launch_config, monkeypatch, config, window):
-    launch_config(config)
-    seq_lens = [0, 1, 15, 16, 17, 33, 250, 1000, 4097, 129]
-    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, 2, window)
-    outs = {}
-    for spread in ("0", "1", "2", "3"):
-        monkeypatch.setenv("FLINT_BANK_SPREAD", spread)
-        out.fill_(float("nan"))
-        check_twice(q, kv, bt, sl, sinks, window, 128**-0.5, out)
-        outs[spread] = out.clone()
-    for spread in ("1", "2", "3"):
-        assert torch.equal(outs["0"], outs[spread]), f"bank spread {spread} changed the output"
-
-
-def test_bank_spread_rejects_other_values(monkeypatch):
-    monkeypatch.setenv("FLINT_BANK_SPREAD", "4")
-    q, kv, bt, sl, sinks, out = make_inputs([5], 1, None)
-    with pytest.raises(RuntimeError, match="FLINT_BANK_SPREAD must be 0, 1, 2 or 3"):
-        torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, None, 128**-0.5, out)

@@ -42,11 +42,10 @@ __device__ __forceinline__ int warp_buf_col(int h, int d) { return d ^ (h & 6); 
 // swizzled, warp_buf_col), then m[8], l[8]. Fragment o[4j + e] is head
 // 2t + (e & 1), dim o_tile_dim(j, g) + (e >> 1).
 template <class Plan>
-__device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st, int g, int t,
-                                                 int bank_spread) {
+__device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st, int g, int t) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int d0 = o_tile_dim(j, g, bank_spread);
+    const int d0 = o_tile_dim(j, g);
     ptx::st_shared_f32x2(ptx::smem_addr(&buf[(2 * t) * kHeadDim + warp_buf_col(2 * t, d0)]),
                          st.o[4 * j], st.o[4 * j + 2]);
     ptx::st_shared_f32x2(ptx::smem_addr(&buf[(2 * t + 1) * kHeadDim + warp_buf_col(2 * t + 1, d0)]),
@@ -176,7 +175,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
   __syncthreads();  // every warp is done with its ring
   float* warp_bufs = reinterpret_cast<float*>(smem);
-  store_warp_state<Plan>(warp_bufs + warp * Plan::kWarpBufFloats, st, g, t, p.bank_spread);
+  store_warp_state<Plan>(warp_bufs + warp * Plan::kWarpBufFloats, st, g, t);
   __syncthreads();
   if (!merges) return;
 

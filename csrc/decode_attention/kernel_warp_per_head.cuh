@@ -31,12 +31,12 @@ namespace detail {
 // (d0 = o_tile_dim(j, g)): one bf16 pair per (j, head).
 __device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t stride_h,
                                                const float (&o)[32], float inv0, float inv1,
-                                               int g, int t, int bank_spread) {
+                                               int g, int t) {
   uint16_t* head0 = out_kv_head + (2 * t) * stride_h;
   uint16_t* head1 = head0 + stride_h;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int d0 = o_tile_dim(j, g, bank_spread);
+    const int d0 = o_tile_dim(j, g);
     *reinterpret_cast<uint32_t*>(head0 + d0) = ptx::pack_bf16x2(o[4 * j] * inv0, o[4 * j + 2] * inv0);
     *reinterpret_cast<uint32_t*>(head1 + d0) =
         ptx::pack_bf16x2(o[4 * j + 1] * inv1, o[4 * j + 3] * inv1);
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     if (cur.num_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
       const float zeros[32] = {};
-      store_warp_out(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t, p.bank_spread);
+      store_warp_out(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
       cur = next;
       leading_issued = false;
       continue;
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     // ---- normalize with the sink term and store ------------------------------
     const float inv0 = 1.f / (st.l[0] + ptx::ex2(sink0 - st.m[0] * p.scale_log2));
     const float inv1 = 1.f / (st.l[1] + ptx::ex2(sink1 - st.m[1] * p.scale_log2));
-    store_warp_out(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t, p.bank_spread);
+    store_warp_out(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
     ring_base += cur.num_pages;
     cur = next;
     leading_issued = chain;

@@ -54,8 +54,6 @@ struct DecodeParams {
                           // kStages); 2: so do the warps whose first page has arrived
                           // when griddepcontrol.wait returns, the others (late) refill
                           // before; -1 from the op: the launch decides (launch.cu)
-  int bank_spread;  // load_page spreads each quarter-warp's shared-memory reads over
-                    // more banks (warp_pages.cuh): bit 0 for K, bit 1 for V; 3 by default
 
   // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
   // written by the kTimeline kernels; nullptr for the operator. Last, so the

@@ -35,85 +35,54 @@ __device__ __forceinline__ void issue_page(const uint16_t* kv_head, int64_t stri
 }
 
 // Lane (g, t) fragments of one page:
-//   k[16r + 4i + j] = K[token g + 8r][dims 32i + 8t + 2j, +1]        (r < 2, i < 4)
-//   v[4(2r + h) + j] = V[token 2t + (r & 1) + 8(r >> 1)][dims v_chunk_dim(g, h, spread) + 2j, +1]
+//   k[16r + 4i + j] = K[token g + 8r][dims 32i + 8t + 2j, +1]          (r < 2, i < 4)
+//   v[4(2r + h) + j] = V[token 2t + (r & 1) + 8(r >> 1)][dims v_chunk_dim(g, h) + 2j, +1]
 // V rows outside [start_tok, seq_len) are zeroed, so stale or NaN cache
 // contents never reach P V (a zero P alone would not cancel a NaN).
 //
-// Bank spread: ring rows are 512 bytes apart, so every row starts at bank 0
-// and a 16-byte column c of any row sits in bank group c % 8. A quarter-warp
-// (the 8 lanes of one g pair) reads K as two rows x the same four columns
-// (2-way conflict) and V as four rows x the same two columns (4-way): 192
-// shared-memory wavefronts per page and warp where 96 would do. With spread,
-// the lanes of odd g read each pair of K column blocks (i = 2m, 2m + 1) in
-// the other order, and the lanes t >= 2 read their two V chunks in the other
-// order, with V's second chunk at dims 64 + 8(g ^ 4) instead of 64 + 8g: K
-// becomes conflict-free and V 2-way (96 wavefronts), and a select per word
-// puts every fragment back where attend_page expects it.
-__device__ __forceinline__ int v_chunk_dim(int g, int h, bool spread) {
-  return 64 * h + 8 * (h == 1 && spread ? g ^ 4 : g);
-}
+// Ring rows are 512 bytes apart, so every row starts at bank 0 and 16-byte
+// column c of any row lies in bank group c % 8. Read in fragment order, a
+// quarter-warp (the 8 lanes of one g pair) would take K as two rows x the same
+// four columns (2-way conflict) and V as four rows x the same two columns
+// (4-way): 192 wavefronts per page where 96 do. So the lanes of odd g read
+// each pair of K column blocks (i = 2m, 2m + 1) in the other order, the lanes
+// t >= 2 read their two V chunks in the other order, and V's second chunk is
+// dims 64 + 8(g ^ 4) rather than 64 + 8g (O^T's dims follow, o_tile_dim): K is
+// conflict-free, V 2-way, and a select per word puts each fragment back
+// (device runs 73-74: swa128 b64 10.9 -> 9.9 us, b1 L32k 34.4 -> 34.0).
+__device__ __forceinline__ int v_chunk_dim(int g, int h) { return 64 * h + 8 * (h == 1 ? g ^ 4 : g); }
 
 __device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok, int seq_len,
-                                          int g, int t, int spread, uint32_t (&k)[32],
-                                          uint32_t (&v)[32]) {
-  // spread: bit 0 K, bit 1 V (DecodeParams::bank_spread).
-  if (spread & 1) {
-    const bool k_swap = g & 1;
+                                          int g, int t, uint32_t (&k)[32], uint32_t (&v)[32]) {
+  const bool k_swap = g & 1;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t row = slot + (g + 8 * r) * kRowBytes + 16 * t;
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t row = slot + (g + 8 * r) * kRowBytes + 16 * t;
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        uint32_t a[4], b[4];
-        ptx::ld_shared_u32x4(row + 128 * m + (k_swap ? 64 : 0), a);
-        ptx::ld_shared_u32x4(row + 128 * m + (k_swap ? 0 : 64), b);
+    for (int m = 0; m < 2; ++m) {
+      uint32_t a[4], b[4];  // column blocks 2m, 2m + 1 (swapped for odd g)
+      ptx::ld_shared_u32x4(row + 128 * m + (k_swap ? 64 : 0), a);
+      ptx::ld_shared_u32x4(row + 128 * m + (k_swap ? 0 : 64), b);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          k[16 * r + 8 * m + j] = k_swap ? b[j] : a[j];
-          k[16 * r + 8 * m + 4 + j] = k_swap ? a[j] : b[j];
-        }
-      }
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t w[4];
-        ptx::ld_shared_u32x4(slot + (g + 8 * r) * kRowBytes + (32 * i + 8 * t) * 2, w);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) k[16 * r + 4 * i + j] = w[j];
+      for (int j = 0; j < 4; ++j) {
+        k[16 * r + 8 * m + j] = k_swap ? b[j] : a[j];
+        k[16 * r + 8 * m + 4 + j] = k_swap ? a[j] : b[j];
       }
     }
   }
-  const uint32_t v_base = slot + kHeadDim * 2;
-  if (spread & 2) {
-    const bool v_swap = t >> 1;
-    const uint32_t chunk0 = v_chunk_dim(g, 0, true) * 2, chunk1 = v_chunk_dim(g, 1, true) * 2;
+  const bool v_swap = t >> 1;
+  const uint32_t v_row0 = slot + kHeadDim * 2 + 2 * t * kRowBytes;
+  const uint32_t chunk0 = v_chunk_dim(g, 0) * 2, chunk1 = v_chunk_dim(g, 1) * 2;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const uint32_t row = v_base + (2 * t + (r & 1) + 8 * (r >> 1)) * kRowBytes;
-      uint32_t a[4], b[4];
-      ptx::ld_shared_u32x4(row + (v_swap ? chunk1 : chunk0), a);
-      ptx::ld_shared_u32x4(row + (v_swap ? chunk0 : chunk1), b);
+  for (int r = 0; r < 4; ++r) {
+    const uint32_t row = v_row0 + ((r & 1) + 8 * (r >> 1)) * kRowBytes;
+    uint32_t a[4], b[4];  // chunks h = 0, 1 (swapped for t >= 2)
+    ptx::ld_shared_u32x4(row + (v_swap ? chunk1 : chunk0), a);
+    ptx::ld_shared_u32x4(row + (v_swap ? chunk0 : chunk1), b);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        v[8 * r + j] = v_swap ? b[j] : a[j];
-        v[8 * r + 4 + j] = v_swap ? a[j] : b[j];
-      }
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int tok = 2 * t + (r & 1) + 8 * (r >> 1);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t w[4];
-        ptx::ld_shared_u32x4(v_base + tok * kRowBytes + (64 * h + 8 * g) * 2, w);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[4 * (2 * r + h) + j] = w[j];
-      }
+    for (int j = 0; j < 4; ++j) {
+      v[8 * r + j] = v_swap ? b[j] : a[j];
+      v[8 * r + 4 + j] = v_swap ? a[j] : b[j];
     }
   }
   const int first = page * kPageTokens;
@@ -130,8 +99,7 @@ __device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok
 
 // The dim of row g of m-tile j of O^T (row g + 8: the next dim): the first
 // half of word j % 4 of V chunk j / 4 (load_page).
-__device__ __forceinline__ int o_tile_dim(int j, int g, int spread) {
-  return v_chunk_dim(g, j / 4, spread & 2) + 2 * (j % 4);
+__device__ __forceinline__ int o_tile_dim(int j, int g) { return v_chunk_dim(g, j / 4) + 2 * (j % 4);
 }
 
 // One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
@@ -295,7 +263,7 @@ template <int kStages, bool kChain = false>
 __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int bt_next,
                                              const uint32_t (&q)[16], int start_tok, int seq_len,
                                              float scale_log2, int g, int t, int lane,
-                                             WarpState& st, int bank_spread,
+                                             WarpState& st,
                                              const NextPages* next = nullptr,
                                              bool refill_after_wait = false) {
   st.m[0] = st.m[1] = neg_inf();
@@ -335,7 +303,7 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
     if (refill_after_wait) refill();
     const int page = w.first_page + k * w.step;
     uint32_t kf[32], vf[32];
-    load_page(w.slot_of<kStages>(k), page, start_tok, seq_len, g, t, bank_spread, kf, vf);
+    load_page(w.slot_of<kStages>(k), page, start_tok, seq_len, g, t, kf, vf);
     attend_page(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
   }
 #pragma unroll
@@ -386,7 +354,7 @@ __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, co
   uint32_t q[16];
   load_q_fragments(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
   stream_pages<kStages, kChain>(pages, bt_cur, bt_next, q, start_tok, seq_len, p.scale_log2, g, t,
-                                lane, st, p.bank_spread, next, refill_after_wait);
+                                lane, st, next, refill_after_wait);
   stamp<kTimeline>(p, kStampStreamed);
 }
 

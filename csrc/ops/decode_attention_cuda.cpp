@@ -48,17 +48,6 @@ int refill_after_wait() {
   return v[0] - '0';
 }
 
-// FLINT_BANK_SPREAD=0..3 sets load_page's bank spread (bit 0 K, bit 1 V;
-// default 3) for A/B runs.
-int bank_spread() {
-  const char* env = std::getenv("FLINT_BANK_SPREAD");
-  if (env == nullptr) return 3;
-  const std::string v(env);
-  TORCH_CHECK(v.size() == 1 && v[0] >= '0' && v[0] <= '3', "flint.decode_attention: "
-              "FLINT_BANK_SPREAD must be 0, 1, 2 or 3, got '", v, "'");
-  return v[0] - '0';
-}
-
 bool pdl_enabled() {
   const char* env = std::getenv("FLINT_PDL");
   return env == nullptr || std::string(env) != "0";
@@ -114,7 +103,6 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.min_pages = cfg.min_pages;
   p.refill_after_wait = refill_after_wait();
-  p.bank_spread = bank_spread();
   if (timeline != nullptr) {
     const int64_t ctas = num_ctas(p, cfg);
     const int64_t need = ctas * kNumStamps * 2;
