@@ -196,7 +196,7 @@ def launch_config(batch: int, num_kv_heads: int, sliding: bool, max_tokens: int,
     if num_bh <= 8 and max_tokens <= 1024:
         return (8, 4, 2, 1, 1)
     if num_bh <= 8:
-        return (max(1, num_sms // num_bh), 10, 2, 1 if batch <= 2 else 4, 0)
+        return (max(1, num_sms // num_bh), 9, 2, 1 if batch <= 2 else 4, 0)
     if batch <= 2:
         return (max(1, 2 * num_sms // num_bh), 8, 2, 1, 0)
     if batch <= 4:

@@ -36,15 +36,17 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 //    splits and the last-CTA merge, device run 10; the cluster loses from
 //    L8k on, where its 64 CTAs stream too little);
 //  - full, <= 8 (request, kv head) pairs, wider tables: num_sms / pairs
-//    splits of 10 warps, min_pages 1 at batch <= 2, else 4 (kv heads 1, b8
+//    splits of 9 warps, min_pages 1 at batch <= 2, else 4 (kv heads 1, b8
 //    L8k with 8 warps: 12.4 vs 15.5 us with min_pages 1). The kernel keeps
 //    as few splits active as give each warp the same largest page count, and
-//    lets the warps past 8 stream only where that saves splits: at L8k 13 of
-//    10 warps (104 CTAs) instead of 16 of 8 leave 28 SMs free, the next
+//    lets the warps past 8 stream only where that saves splits: at L8k 15 of
+//    9 warps (120 CTAs) instead of 16 of 8 leave 12 SMs free, the next
 //    call's CTAs all enter before this one ends and calls stop alternating
-//    between ~10.5 and ~13 us (b1 L8k 11.8 -> 11.5 us with 15 of 9 warps,
-//    11.2 with 13 of 10; b1 L32k 34.6 -> 34.7-34.9, b1 L128k equal; device
-//    runs 56-61). Launching many idle splits too (20 or more) is slower:
+//    between ~10.5 and ~13 us (device runs 56-61). Since load_page's bank
+//    spread (run 77), 15 of 9 warps beat 13 of 10 at L8k (b1 10.7 against
+//    11.4-11.5 us, kv heads 1 b8 10.8 against 11.5; before it 11.5 against
+//    11.2) and equal them at L32k (33.9). Launching many idle splits too (20
+//    or more) is slower:
 //    they hold SMs the next call's active CTAs wait for;
 //  - full, 1..2 requests: min_pages 1 (b1 L1k: 5.6 vs 6.8 us), and twice as
 //    many splits as the SMs take once, of which the kernel keeps one wave
@@ -64,7 +66,7 @@ inline LaunchConfig default_launch_config(int batch, int num_kv_heads, bool slid
     return {1, 4, batch <= 64 ? 3 : 2, 1, false};
   }
   if (num_bh <= 8 && max_tokens <= 1024) return {8, 4, 2, 1, true};
-  if (num_bh <= 8) return {at_least_1(num_sms / num_bh), 10, 2, batch <= 2 ? 1 : 4, false};
+  if (num_bh <= 8) return {at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4, false};
   if (batch <= 2) return {at_least_1(2 * num_sms / num_bh), 8, 2, 1, false};
   if (batch <= 4) return {at_least_1(num_sms / num_bh), 8, 2, 2, false};
   return {at_least_1(2 * num_sms / num_bh), 4, 3, 2, false};
