@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // as many as give each warp the same largest number of pages: the SMs left
   // over let the next call's CTAs in before this call ends. Warps past the
   // kMergeWarps stream only where they lower that number of splits (b1 L8k:
-  // 13 of 10 warps instead of 16 of 8); elsewhere they would only add pages in
+  // 15 of 9 warps instead of 16 of 8); elsewhere they would only add pages in
   // flight. A cluster keeps every rank active (each one merges a slice of the
   // dims).
   int num_splits = max_splits, stream_warps = kWarps;

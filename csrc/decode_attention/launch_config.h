@@ -43,7 +43,7 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 //    9 warps (120 CTAs) instead of 16 of 8 leave 12 SMs free, the next
 //    call's CTAs all enter before this one ends and calls stop alternating
 //    between ~10.5 and ~13 us (device runs 56-61). Since load_page's bank
-//    spread (run 77), 15 of 9 warps beat 13 of 10 at L8k (b1 10.7 against
+//    spread (run 78), 15 of 9 warps beat 13 of 10 at L8k (b1 10.7 against
 //    11.4-11.5 us, kv heads 1 b8 10.8 against 11.5; before it 11.5 against
 //    11.2) and equal them at L32k (33.9). Launching many idle splits too (20
 //    or more) is slower:
