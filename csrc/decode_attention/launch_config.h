@@ -46,8 +46,7 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 //    spread (run 78), 15 of 9 warps beat 13 of 10 at L8k (b1 10.7 against
 //    11.4-11.5 us, kv heads 1 b8 10.8 against 11.5; before it 11.5 against
 //    11.2) and equal them at L32k (33.9). Launching many idle splits too (20
-//    or more) is slower:
-//    they hold SMs the next call's active CTAs wait for;
+//    or more) is slower: they hold SMs the next call's active CTAs wait for;
 //  - full, 1..2 requests: min_pages 1 (b1 L1k: 5.6 vs 6.8 us), and twice as
 //    many splits as the SMs take once, of which the kernel keeps one wave
 //    active (max_active_splits) and the rest leave at once: b1 L8k 11.74 us

@@ -50,7 +50,9 @@ __device__ __forceinline__ void issue_page(const uint16_t* kv_head, int64_t stri
 // dims 64 + 8(g ^ 4) rather than 64 + 8g (O^T's dims follow, o_tile_dim): K is
 // conflict-free, V 2-way, and a select per word puts each fragment back
 // (device runs 73-74: swa128 b64 10.9 -> 9.9 us, b1 L32k 34.4 -> 34.0).
-__device__ __forceinline__ int v_chunk_dim(int g, int h) { return 64 * h + 8 * (h == 1 ? g ^ 4 : g); }
+__device__ __forceinline__ int v_chunk_dim(int g, int h) {
+  return 64 * h + 8 * (h == 1 ? g ^ 4 : g);
+}
 
 __device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok, int seq_len,
                                           int g, int t, uint32_t (&k)[32], uint32_t (&v)[32]) {
@@ -99,7 +101,8 @@ __device__ __forceinline__ void load_page(uint32_t slot, int page, int start_tok
 
 // The dim of row g of m-tile j of O^T (row g + 8: the next dim): the first
 // half of word j % 4 of V chunk j / 4 (load_page).
-__device__ __forceinline__ int o_tile_dim(int j, int g) { return v_chunk_dim(g, j / 4) + 2 * (j % 4);
+__device__ __forceinline__ int o_tile_dim(int j, int g) {
+  return v_chunk_dim(g, j / 4) + 2 * (j % 4);
 }
 
 // One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
@@ -263,8 +266,7 @@ template <int kStages, bool kChain = false>
 __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int bt_next,
                                              const uint32_t (&q)[16], int start_tok, int seq_len,
                                              float scale_log2, int g, int t, int lane,
-                                             WarpState& st,
-                                             const NextPages* next = nullptr,
+                                             WarpState& st, const NextPages* next = nullptr,
                                              bool refill_after_wait = false) {
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
