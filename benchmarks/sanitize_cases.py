@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from conftest import check_vs_f64 as check  # noqa: E402
 from conftest import cuda_inputs as make_inputs  # noqa: E402
 
-from flint_attention.reference import reference_decode_attention as reference  # noqa: E402
+from flint_attention.testing import reference_decode_attention as reference  # noqa: E402
 
 CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
     (None, [0, 17, 300, 33], 2, None),

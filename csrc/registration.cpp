@@ -6,10 +6,12 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(flint, m) {
-  // The CUDA kernel writes into `out`; the Python wrapper returns it.
+  // The CUDA kernel writes into `out`; the Python wrapper returns it. k_scale and
+  // v_scale go with an fp8 (e4m3) cache only.
   m.def(
       "decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, "
-      "Tensor sinks, int? window, float scale, Tensor(a!) out) -> ()");
+      "Tensor sinks, int? window, float scale, Tensor(a!) out, Tensor? k_scale=None, "
+      "Tensor? v_scale=None) -> ()");
 }
 
 // `import flint_attention._C` loads this library (and so runs the

@@ -14,11 +14,13 @@ import pytest
 import torch
 
 from flint_attention import flint_decode_attention
-from flint_attention.reference import (
+from flint_attention.testing import (
     BF16_VS_F64,
     DEFAULT_SCALE,
     PagedInputs,
     Tolerance,
+    assert_close,
+    bound_used,
     error_report,
     make_paged_inputs,
     reference_decode_attention,
@@ -60,14 +62,20 @@ def device(request) -> str:
 def run_op(inp: PagedInputs, window: int | None, scale: float = DEFAULT_SCALE) -> torch.Tensor:
     """Calls the op on ``inp`` (writing inp.out) and returns out."""
     return flint_decode_attention(
-        inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, scale, inp.out
+        inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, scale, inp.out,
+        k_scale=inp.k_scale, v_scale=inp.v_scale,
     )
 
 
 def reference(inp: PagedInputs, window: int | None, scale: float = DEFAULT_SCALE) -> torch.Tensor:
     return reference_decode_attention(
-        inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, scale
+        inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, scale,
+        inp.k_scale, inp.v_scale,
     )
+
+
+def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.cpu()
 
 
 def cpu_path(inp: PagedInputs, window: int | None, scale: float = DEFAULT_SCALE) -> torch.Tensor:
@@ -82,19 +90,10 @@ def cpu_path(inp: PagedInputs, window: int | None, scale: float = DEFAULT_SCALE)
         window,
         scale,
         out,
+        _cpu(inp.k_scale),
+        _cpu(inp.v_scale),
     )
     return out
-
-
-def bound_used(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> float:
-    """Largest |out - ref| / (atol + rtol |ref|) over the finite coordinates:
-    the fraction of the per-coordinate bound the worst coordinate uses."""
-    out = out.detach().to("cpu", torch.float64)
-    ref = ref.detach().to("cpu", torch.float64)
-    finite = torch.isfinite(out) & torch.isfinite(ref)
-    diff = torch.where(finite, out - ref, 0.0).abs()
-    bound = tol.atol + tol.rtol * torch.where(finite, ref, 0.0).abs()
-    return float((diff / bound).max()) if out.numel() else 0.0
 
 
 def _log_error(kind: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> None:
@@ -108,12 +107,6 @@ def _log_error(kind: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) 
                 rel_fro=report.rel_fro, max_abs=report.max_abs, bound_used=bound_used(out, ref, tol))
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")
-
-
-def assert_close(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, what: str = "") -> None:
-    """Fails with the worst coordinate and any NaN/Inf mismatches."""
-    report = error_report(out, ref, tol)
-    assert report.ok(tol), f"{what}\n{report.describe(tol)}"
 
 
 def _summary(seq_lens: torch.Tensor) -> str:
@@ -158,7 +151,7 @@ LAYOUTS = {
 def cuda_inputs(seq_lens, num_kv_heads: int, window: int | None):
     """Random paged inputs on the GPU as (q, kv_cache, block_tables, seq_lens,
     sinks, out): NaN/Inf in every unattended cache slot, shuffled block ids,
-    out prefilled with NaN (flint_attention.reference.make_paged_inputs)."""
+    out prefilled with NaN (flint_attention.testing.make_paged_inputs)."""
     inp = make_paged_inputs(len(seq_lens), seq_lens, num_kv_heads, window, "cuda")
     return inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, inp.out
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import GPU_VS_CPU, LAYOUTS, assert_close, check_against_reference, layout_grid, run_op
 
-from flint_attention.reference import make_paged_inputs
+from flint_attention.testing import make_paged_inputs
 
 SHORT = [0, 1, 15, 16, 17, 31, 32, 33]  # around the 16-token page boundary
 LONG = [4097, 5000]

@@ -16,7 +16,8 @@ import pytest
 import torch
 from conftest import run_op
 
-from flint_attention.reference import GQA, HEAD_DIM, PAGE_TOKENS, attended_span, make_paged_inputs
+from flint_attention.ops import GQA, HEAD_DIM, PAGE_TOKENS
+from flint_attention.testing import FP8, attended_span, make_paged_inputs
 
 _libm = ctypes.CDLL(ctypes.util.find_library("m"))
 _libm.exp2f.restype = ctypes.c_float
@@ -34,18 +35,25 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def emulate_kernel(inp, window, scale) -> torch.Tensor:
-    """The numerics contract of the kernel, one (request, head) at a time."""
+    """The numerics contract of the kernel, one (request, head) at a time. An
+    fp8 cache is used as stored; k_scale multiplies the fp32 softmax scale,
+    v_scale the fp32 normalization."""
     q = inp.q.float().numpy()
     kv = inp.kv_cache.float().numpy()
     table = inp.block_tables.numpy()
     sinks = inp.sinks.numpy()
-    c = f32(scale * LOG2E)  # rounded once from double, as the kernel gets it
+    kvh = kv.shape[1]
+    ones = np.ones(kvh, dtype=f32)
+    k_scale = ones if inp.k_scale is None else np.broadcast_to(inp.k_scale.numpy(), (kvh,))
+    v_scale = ones if inp.v_scale is None else np.broadcast_to(inp.v_scale.numpy(), (kvh,))
     out = np.zeros(q.shape, dtype=f32)
     for b, seq_len in enumerate(inp.seq_lens.tolist()):
         span = attended_span(seq_len, window)
         for h in range(q.shape[1]):
             if len(span) == 0:
                 continue
+            # rounded once from double, as the kernel gets it, then times k_scale in fp32
+            c = f32(f32(scale * LOG2E) * f32(k_scale[h // GQA]))
             rows = [kv[table[b, p // PAGE_TOKENS], h // GQA, p % PAGE_TOKENS] for p in span]
             s = [f32(np.dot(q[b, h].astype(np.float64), r[:HEAD_DIM])) for r in rows]  # exact
             ms = f32(max(s) * c)
@@ -54,19 +62,22 @@ def emulate_kernel(inp, window, scale) -> torch.Tensor:
                 p = f32(_libm.exp2f(_libm.fmaf(s_p, c, -ms)))
                 l = f32(l + p)
                 o = o + to_bf16(p) * row[HEAD_DIM:]
-            inv = f32(1) / f32(l + f32(_libm.exp2f(f32(sinks[h]) * f32(LOG2E) - ms)))
+            inv = f32(v_scale[h // GQA]) / f32(l + f32(_libm.exp2f(f32(sinks[h]) * f32(LOG2E) - ms)))
             out[b, h] = o * inv
     return torch.from_numpy(out).bfloat16()
 
 
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("window", [None, 20])
 @pytest.mark.parametrize("scale", [128**-0.5, 0.3])
-def test_matches_kernel_numerics_bitwise(window, scale):
-    inp = make_paged_inputs(4, [0, 1, 19, 70], 2, window, "cpu", strided_cache=True)
-    ints = lambda t: torch.randint(-2, 3, t.shape, dtype=t.dtype)  # noqa: E731
+def test_matches_kernel_numerics_bitwise(window, scale, kv_dtype):
+    fp8 = dict(kv_dtype=FP8, k_scale=[0.7, 3.0], v_scale=[1.5, 0.01]) if kv_dtype == "fp8" else {}
+    inp = make_paged_inputs(4, [0, 1, 19, 70], 2, window, "cpu", strided_cache=True, **fp8)
+    ints = lambda t: torch.randint(-2, 3, t.shape).float()  # noqa: E731
     inp.q.copy_(ints(inp.q))
     keys = inp.kv_cache[..., :HEAD_DIM]
-    keys.copy_(torch.where(keys.isfinite(), ints(keys), keys))  # keep the poison
+    wide = keys.float()
+    keys.copy_(torch.where(wide.isfinite(), ints(keys), wide).to(keys.dtype))  # keep the poison
     out = run_op(inp, window, scale)
     expected = emulate_kernel(inp, window, scale)
     mismatch = (out.view(torch.int16) != expected.view(torch.int16)).nonzero()

@@ -27,7 +27,7 @@ from conftest import (
 )
 
 from flint_attention import flint_decode_attention
-from flint_attention.reference import BF16_VS_F64, DEFAULT_SCALE, make_paged_inputs
+from flint_attention.testing import BF16_VS_F64, DEFAULT_SCALE, make_paged_inputs
 
 pytestmark = needs_hopper
 sanitizer_subset = pytest.mark.sanitizer_subset
@@ -183,7 +183,7 @@ def test_first_call_inside_graph_capture_raises_clearly():
         """
         import sys, torch
         from flint_attention import flint_decode_attention
-        from flint_attention.reference import make_paged_inputs
+        from flint_attention.testing import make_paged_inputs
 
         inp = make_paged_inputs(2, [17, 300], 8, None, "cuda")
         torch.cuda.synchronize()

@@ -12,8 +12,8 @@ from conftest import cuda_inputs as make_inputs
 from conftest import check_vs_f64 as check
 from conftest import needs_hopper
 
-from flint_attention.reference import make_paged_inputs
-from flint_attention.reference import reference_decode_attention as reference
+from flint_attention.testing import make_paged_inputs
+from flint_attention.testing import reference_decode_attention as reference
 
 pytestmark = needs_hopper
 

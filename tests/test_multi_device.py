@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import HOPPER_SKIP_REASON, check_output, run_op
 
-from flint_attention.reference import make_paged_inputs
+from flint_attention.testing import make_paged_inputs
 
 
 def _two_hopper_skip_reason() -> str | None:

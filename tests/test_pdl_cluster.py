@@ -20,7 +20,7 @@ from conftest import needs_hopper
 from conftest import check_vs_f64 as check
 from conftest import cuda_inputs as make_inputs
 
-from flint_attention.reference import reference_decode_attention as reference
+from flint_attention.testing import reference_decode_attention as reference
 
 pytestmark = needs_hopper
 SCALE = 128**-0.5

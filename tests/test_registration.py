@@ -9,7 +9,7 @@ from conftest import run_op
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from flint_attention import flint_decode_attention
-from flint_attention.reference import make_paged_inputs
+from flint_attention.testing import make_paged_inputs
 
 OP = "flint::decode_attention"
 
@@ -17,7 +17,8 @@ OP = "flint::decode_attention"
 def test_schema():
     assert str(torch.ops.flint.decode_attention.default._schema) == (
         "flint::decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, "
-        "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out) -> ()"
+        "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out, "
+        "Tensor? k_scale=None, Tensor? v_scale=None) -> ()"
     )
 
 

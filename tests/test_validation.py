@@ -10,7 +10,7 @@ import torch
 from conftest import needs_hopper
 
 from flint_attention import flint_decode_attention
-from flint_attention.reference import DEFAULT_SCALE, make_paged_inputs
+from flint_attention.testing import DEFAULT_SCALE, make_paged_inputs
 
 NAMES = ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "window", "scale", "out"]
 

@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int n_pages =
       warp < stream_warps ? (max(num_pages - gw, 0) + warps_total - 1) / warps_total : 0;
   const WarpPages pages{p.block_tables + b * p.bt_stride_b + start_page + gw,
-                        p.kv_cache + kvh * p.kv_stride_head,
+                        static_cast<const uint16_t*>(p.kv_cache) + kvh * p.kv_stride_head,
                         p.kv_stride_block,
                         p.num_blocks,
                         start_page + gw,

@@ -59,7 +59,7 @@ __device__ __forceinline__ PairSpan pair_span(const DecodeParams& p, int pair, i
 __device__ __forceinline__ WarpPages pair_pages(const DecodeParams& p, const PairSpan& s,
                                                 uint32_t ring, uint32_t bars, int ring_base) {
   return WarpPages{p.block_tables + s.b * p.bt_stride_b + s.start_page,
-                   p.kv_cache + s.kvh * p.kv_stride_head,
+                   static_cast<const uint16_t*>(p.kv_cache) + s.kvh * p.kv_stride_head,
                    p.kv_stride_block,
                    p.num_blocks,
                    s.start_page,

@@ -10,9 +10,9 @@ namespace flint {
 constexpr int kHeadDim = 128;                      // per head, q / K / V / out
 constexpr int kGqa = 8;                            // query heads per kv head
 constexpr int kPageTokens = 16;                    // tokens per cache block
-constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V], bf16
-constexpr int kRowBytes = kRowElems * 2;           // 512
-constexpr int kPageBytes = kPageTokens * kRowBytes;  // 8 KB, one bulk copy
+constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V]
+constexpr int kRowBytes = kRowElems * 2;           // 512 (bf16)
+constexpr int kPageBytes = kPageTokens * kRowBytes;  // 8 KB (bf16), one bulk copy
 
 // Softmax in base 2: exp(x) = 2^(x log2(e)); the scale is folded in double, the
 // sinks in float (both backends alike).
@@ -21,13 +21,20 @@ constexpr float kLog2eF = static_cast<float>(kLog2e);
 
 static_assert(kPageBytes == 8192, "a page is 16 tokens x [K | V] of 128 bf16 each");
 
+// Element type of the KV cache. An fp8 cache stores x / scale as e4m3 (vLLM's
+// kv_cache_dtype="fp8"): dequantized = stored x scale, with one fp32 scale per
+// tensor or per kv head for K and for V.
+enum class KvDtype : int { kBf16 = 0, kFp8E4m3 = 1 };
+
 struct DecodeParams {
   // Strides are in elements, as torch reports them.
   const uint16_t* q;           // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
-  const uint16_t* kv_cache;    // [num_blocks, num_kv_heads, 16, 256] bf16, HND
+  const void* kv_cache;        // [num_blocks, num_kv_heads, 16, 256] kv_dtype, HND
   const int32_t* block_tables; // [batch, max_blocks] int32, stride(1) == 1
   const int32_t* seq_lens;     // [batch] int32, contiguous
   const float* sinks;          // [num_kv_heads * 8] fp32, contiguous
+  const float* k_scale;        // fp8 cache: [1] or [num_kv_heads] fp32; nullptr for bf16
+  const float* v_scale;        // likewise for V
   uint16_t* out;               // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
 
   // Workspace for the split merge (unused with one split or a cluster merge).
@@ -37,7 +44,7 @@ struct DecodeParams {
 
   int64_t q_stride_b, q_stride_h;
   int64_t out_stride_b, out_stride_h;
-  int64_t kv_stride_block, kv_stride_head;
+  int64_t kv_stride_block, kv_stride_head;  // in elements of kv_dtype (bytes for fp8)
   int64_t bt_stride_b;
 
   int batch;
@@ -45,6 +52,8 @@ struct DecodeParams {
   int num_blocks;   // kv_cache.size(0): block ids are clamped to it on the GPU
   int max_blocks;   // block_tables.size(1): seq_lens are clamped to 16 x this
   int window;       // attend to the last `window` positions; 0 = all
+  KvDtype kv_dtype;
+  int k_scale_stride, v_scale_stride;  // 1: one scale per kv head; 0: one per tensor
   int min_pages;    // a split is active when each of its warps gets >= this many pages
   float scale_log2; // softmax scale * log2(e)
   int max_active_splits;  // split kernel: at most this many splits take pages (the CTAs the

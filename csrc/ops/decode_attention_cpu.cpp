@@ -13,6 +13,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
 #include <torch/library.h>
 
 #include "decode_attention/params.h"
@@ -29,6 +30,19 @@ float bf16_to_float(uint16_t bits) {
 // Round to nearest even, as the kernel's cvt.rn.bf16x2.f32.
 uint16_t float_to_bf16(float x) { return c10::BFloat16(x).x; }
 
+// Cache elements as the kernel reads them: bf16 bits, or e4m3 bits converted
+// exactly (every e4m3 value, NaN included, is a bf16 value too).
+struct Bf16Elem {
+  using Bits = uint16_t;
+  static float to_float(Bits b) { return bf16_to_float(b); }
+};
+struct Fp8Elem {
+  using Bits = uint8_t;
+  static float to_float(Bits b) {
+    return static_cast<float>(c10::Float8_e4m3fn(b, c10::Float8_e4m3fn::from_bits()));
+  }
+};
+
 // Positions [start, end) of request b that the query attends to.
 struct Span {
   int start;
@@ -41,9 +55,24 @@ Span attended_span(const DecodeParams& p, int b) {
   return {start, seq_len};
 }
 
+// The fp8 scale of kv head kvh (1 for a bf16 cache).
+float kv_scale(const float* scale, int stride, int kvh) {
+  return scale == nullptr ? 1.f : scale[stride * kvh];
+}
+
 // What the GPU takes on trust (checking it there would need a device sync):
-// every seq_len fits its block-table row, and every block it attends exists.
+// every seq_len fits its block-table row, every block it attends exists, and
+// the fp8 scales are finite and > 0.
 void check_data_contract(const DecodeParams& p) {
+  for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+    const float ks = kv_scale(p.k_scale, p.k_scale_stride, kvh);
+    const float vs = kv_scale(p.v_scale, p.v_scale_stride, kvh);
+    TORCH_CHECK(std::isfinite(ks) && ks > 0.f && std::isfinite(vs) && vs > 0.f &&
+                    std::isfinite(p.scale_log2 * ks),
+                "flint.decode_attention: k_scale and v_scale must be finite and > 0 (and "
+                "k_scale * scale * log2(e) finite in float32), got ", ks, " and ", vs,
+                " for kv head ", kvh);
+  }
   const int64_t max_len = int64_t{kPageTokens} * p.max_blocks;
   for (int b = 0; b < p.batch; ++b) {
     const int seq_len = p.seq_lens[b];
@@ -62,14 +91,19 @@ void check_data_contract(const DecodeParams& p) {
 }
 
 // Row [K | V] of position `pos` of request b in kv head kvh.
-const uint16_t* token_row(const DecodeParams& p, int b, int kvh, int pos) {
+template <class Elem>
+const typename Elem::Bits* token_row(const DecodeParams& p, int b, int kvh, int pos) {
   const int64_t block = p.block_tables[b * p.bt_stride_b + pos / kPageTokens];
-  return p.kv_cache + block * p.kv_stride_block + kvh * p.kv_stride_head +
-         (pos % kPageTokens) * kRowElems;
+  return static_cast<const typename Elem::Bits*>(p.kv_cache) + block * p.kv_stride_block +
+         kvh * p.kv_stride_head + (pos % kPageTokens) * kRowElems;
 }
 
 // The 8 query heads of kv head kvh of request b. `scores` is scratch space
-// reused across calls.
+// reused across calls. With an fp8 cache, K and V are used as stored and the
+// scales applied in fp32: k_scale folds into the softmax scale c (the logits
+// are q . K_stored), v_scale into the final normalization (out = v_scale x
+// O_stored / denominator), as on the GPU.
+template <class Elem>
 void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
   uint16_t* out = p.out + b * p.out_stride_b + int64_t{kvh} * kGqa * p.out_stride_h;
   const Span span = attended_span(p, b);
@@ -93,9 +127,9 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
   float m[kGqa];
   std::fill_n(m, kGqa, -std::numeric_limits<float>::infinity());
   for (int i = 0; i < n; ++i) {
-    const uint16_t* row = token_row(p, b, kvh, span.start + i);
+    const auto* row = token_row<Elem>(p, b, kvh, span.start + i);
     float k[kHeadDim];
-    for (int d = 0; d < kHeadDim; ++d) k[d] = bf16_to_float(row[d]);
+    for (int d = 0; d < kHeadDim; ++d) k[d] = Elem::to_float(row[d]);
     float s[kGqa] = {};
     for (int d = 0; d < kHeadDim; ++d) {
       for (int j = 0; j < kGqa; ++j) s[j] += q[d][j] * k[d];
@@ -108,15 +142,15 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
 
   // p = exp2(s * c - m * c), the exponent formed by one fma as on the GPU;
   // l sums the fp32 p, while P V uses p rounded to bf16 (the mma operand).
-  const float c = p.scale_log2;
+  const float c = p.scale_log2 * kv_scale(p.k_scale, p.k_scale_stride, kvh);
   float ms[kGqa];
   float l[kGqa] = {};
   float o[kGqa][kHeadDim] = {};
   for (int j = 0; j < kGqa; ++j) ms[j] = m[j] * c;
   for (int i = 0; i < n; ++i) {
-    const uint16_t* row = token_row(p, b, kvh, span.start + i);
+    const auto* row = token_row<Elem>(p, b, kvh, span.start + i);
     float v[kHeadDim];
-    for (int d = 0; d < kHeadDim; ++d) v[d] = bf16_to_float(row[kHeadDim + d]);
+    for (int d = 0; d < kHeadDim; ++d) v[d] = Elem::to_float(row[kHeadDim + d]);
     for (int j = 0; j < kGqa; ++j) {
       const float pj = std::exp2(std::fma(scores[i * kGqa + j], c, -ms[j]));
       l[j] += pj;
@@ -126,9 +160,10 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
   }
 
   // The sink is one more logit: it only adds exp(sink - m) to the denominator.
+  const float v_scale = kv_scale(p.v_scale, p.v_scale_stride, kvh);
   for (int j = 0; j < kGqa; ++j) {
     const float sink = p.sinks[kvh * kGqa + j];
-    const float inv = 1.0f / (l[j] + std::exp2(sink * kLog2eF - ms[j]));
+    const float inv = v_scale / (l[j] + std::exp2(sink * kLog2eF - ms[j]));
     uint16_t* oh = out + j * p.out_stride_h;
     for (int d = 0; d < kHeadDim; ++d) oh[d] = float_to_bf16(o[j][d] * inv);
   }
@@ -137,11 +172,13 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
 void decode_attention_cpu(const at::Tensor& q, const at::Tensor& kv_cache,
                           const at::Tensor& block_tables, const at::Tensor& seq_lens,
                           const at::Tensor& sinks, std::optional<int64_t> window, double scale,
-                          const at::Tensor& out) {
-  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
+                          const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
+                          const std::optional<at::Tensor>& v_scale) {
+  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                              k_scale, v_scale);
   if (q.size(0) == 0) return;
-  const DecodeParams p =
-      params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
+  const DecodeParams p = params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window,
+                                             scale, out, k_scale, v_scale);
   check_data_contract(p);
 
   // One task per (request, kv head): each reads its K/V rows once for all 8
@@ -149,9 +186,10 @@ void decode_attention_cpu(const at::Tensor& q, const at::Tensor& kv_cache,
   const int64_t num_bh = int64_t{p.batch} * p.num_kv_heads;
   at::parallel_for(0, num_bh, /*grain_size=*/1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
+    const auto attend_pair = p.kv_dtype == KvDtype::kFp8E4m3 ? &attend<Fp8Elem> : &attend<Bf16Elem>;
     for (int64_t bh = begin; bh < end; ++bh) {
-      attend(p, static_cast<int>(bh / p.num_kv_heads), static_cast<int>(bh % p.num_kv_heads),
-             scores);
+      attend_pair(p, static_cast<int>(bh / p.num_kv_heads), static_cast<int>(bh % p.num_kv_heads),
+                  scores);
     }
   });
 }

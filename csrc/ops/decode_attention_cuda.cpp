@@ -60,7 +60,8 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
                                   const at::Tensor& sinks, std::optional<int64_t> window,
                                   double scale, const at::Tensor& out,
                                   const at::Tensor* timeline) {
-  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
+  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                              std::nullopt, std::nullopt);
   const int64_t batch = q.size(0);
   if (batch == 0) return;
   const int64_t num_kv_heads = kv_cache.size(1);
@@ -95,7 +96,8 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   }
 
   DecodeParams p =
-      params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out);
+      params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                          std::nullopt, std::nullopt);
   p.part_o = ws.part_o;
   p.part_ml = ws.part_ml;
   p.counters = ws.counters;
@@ -124,7 +126,12 @@ namespace {
 void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
                            const at::Tensor& block_tables, const at::Tensor& seq_lens,
                            const at::Tensor& sinks, std::optional<int64_t> window, double scale,
-                           const at::Tensor& out) {
+                           const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
+                           const std::optional<at::Tensor>& v_scale) {
+  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                              k_scale, v_scale);
+  TORCH_CHECK(kv_cache.scalar_type() == at::kBFloat16, "flint.decode_attention: the CUDA kernel "
+              "does not take an fp8 kv_cache yet");
   decode_attention_cuda_launch(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
                                nullptr);
 }

@@ -8,10 +8,21 @@ namespace flint {
 DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  const at::Tensor& sinks, std::optional<int64_t> window,
-                                 double scale, const at::Tensor& out) {
+                                 double scale, const at::Tensor& out,
+                                 const std::optional<at::Tensor>& k_scale,
+                                 const std::optional<at::Tensor>& v_scale) {
   DecodeParams p{};
   p.q = static_cast<const uint16_t*>(q.data_ptr());
-  p.kv_cache = static_cast<const uint16_t*>(kv_cache.data_ptr());
+  p.kv_cache = kv_cache.data_ptr();
+  p.kv_dtype = kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
+  if (k_scale) {
+    p.k_scale = k_scale->data_ptr<float>();
+    p.k_scale_stride = k_scale->size(0) > 1 ? 1 : 0;
+  }
+  if (v_scale) {
+    p.v_scale = v_scale->data_ptr<float>();
+    p.v_scale_stride = v_scale->size(0) > 1 ? 1 : 0;
+  }
   p.block_tables = block_tables.data_ptr<int32_t>();
   p.seq_lens = seq_lens.data_ptr<int32_t>();
   p.sinks = sinks.data_ptr<float>();

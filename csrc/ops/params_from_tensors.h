@@ -16,6 +16,8 @@ namespace flint {
 DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  const at::Tensor& sinks, std::optional<int64_t> window,
-                                 double scale, const at::Tensor& out);
+                                 double scale, const at::Tensor& out,
+                                 const std::optional<at::Tensor>& k_scale,
+                                 const std::optional<at::Tensor>& v_scale);
 
 }  // namespace flint

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
@@ -19,6 +21,41 @@ void check_dtype(const at::Tensor& t, const char* name, at::ScalarType expected)
 void check_rank(const at::Tensor& t, const char* name, int64_t rank, const char* shape) {
   TORCH_CHECK(t.dim() == rank, "flint.decode_attention: ", name, " must be ", shape,
               " (", rank, "-D), got a ", t.dim(), "-D tensor of shape ", t.sizes());
+}
+
+// The cache may be bf16 or fp8 e4m3 (vLLM's kv_cache_dtype="fp8"); every other
+// element type, the other fp8 flavours included, is named in the error.
+void check_kv_dtype(const at::Tensor& kv_cache) {
+  const at::ScalarType t = kv_cache.scalar_type();
+  TORCH_CHECK(t == at::kBFloat16 || t == at::kFloat8_e4m3fn, "flint.decode_attention: kv_cache "
+              "must be BFloat16 or Float8_e4m3fn (fp8 e4m3, with k_scale and v_scale), got ", t,
+              t == at::kFloat8_e5m2 || t == at::kFloat8_e4m3fnuz || t == at::kFloat8_e5m2fnuz
+                  ? " (only the e4m3fn flavour of fp8 is supported)"
+                  : "");
+}
+
+// k_scale / v_scale: required for an fp8 cache and refused for a bf16 one; fp32
+// [1] (per tensor) or [num_kv_heads] (per kv head), on q's device.
+void check_scale(const std::optional<at::Tensor>& scale, const char* name, bool fp8,
+                 int64_t num_kv_heads, const at::Device& device) {
+  if (!fp8) {
+    TORCH_CHECK(!scale.has_value(), "flint.decode_attention: ", name, " applies only to an fp8 "
+                "kv_cache, but kv_cache is BFloat16: pass ", name, "=None");
+    return;
+  }
+  TORCH_CHECK(scale.has_value(), "flint.decode_attention: ", name, " is required with an fp8 "
+              "(Float8_e4m3fn) kv_cache: a float32 tensor of shape [1] or [num_kv_heads] = [",
+              num_kv_heads, "] (dequantized = stored x scale)");
+  const at::Tensor& s = *scale;
+  TORCH_CHECK(s.scalar_type() == at::kFloat, "flint.decode_attention: ", name,
+              " must be Float, got ", s.scalar_type());
+  TORCH_CHECK(s.dim() == 1 && (s.size(0) == 1 || s.size(0) == num_kv_heads),
+              "flint.decode_attention: ", name, " must have shape [1] (per tensor) or "
+              "[num_kv_heads] = [", num_kv_heads, "] (per kv head), got shape ", s.sizes());
+  TORCH_CHECK(s.stride(0) == 1 || s.size(0) == 1, "flint.decode_attention: ", name,
+              " must be contiguous, got strides ", s.strides());
+  TORCH_CHECK(s.device() == device, "flint.decode_attention: all tensors must be on one "
+              "device; q is on ", device, " but ", name, " is on ", s.device());
 }
 
 bool aligned16(const at::Tensor& t) {
@@ -41,9 +78,11 @@ void check_rows(const at::Tensor& t, const char* name) {
 void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  const at::Tensor& sinks, std::optional<int64_t> window,
-                                 double scale, const at::Tensor& out) {
+                                 double scale, const at::Tensor& out,
+                                 const std::optional<at::Tensor>& k_scale,
+                                 const std::optional<at::Tensor>& v_scale) {
   check_dtype(q, "q", at::kBFloat16);
-  check_dtype(kv_cache, "kv_cache", at::kBFloat16);
+  check_kv_dtype(kv_cache);
   check_dtype(block_tables, "block_tables", at::kInt);
   check_dtype(seq_lens, "seq_lens", at::kInt);
   check_dtype(sinks, "sinks", at::kFloat);
@@ -80,13 +119,15 @@ void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache
               num_heads, " entries, got shape ", sinks.sizes());
 
   // The HND page layout every backend assumes: each (block, kv head) is one
-  // contiguous, 16-byte aligned 8 KB page.
+  // contiguous, 16-byte aligned page (8 KB of bf16, 4 KB of fp8).
   TORCH_CHECK(kv_cache.stride(3) == 1 && kv_cache.stride(2) == kRowElems,
               "flint.decode_attention: kv_cache pages must be contiguous (stride(2) == 256, "
               "stride(3) == 1), got strides ", kv_cache.strides());
-  TORCH_CHECK(kv_cache.stride(0) % 8 == 0 && kv_cache.stride(1) % 8 == 0 && aligned16(kv_cache),
+  const int64_t elems16 = 16 / kv_cache.element_size();  // elements in 16 bytes
+  TORCH_CHECK(kv_cache.stride(0) % elems16 == 0 && kv_cache.stride(1) % elems16 == 0 &&
+                  aligned16(kv_cache),
               "flint.decode_attention: kv_cache pages must be 16-byte aligned (stride(0) and "
-              "stride(1) multiples of 8, 16-byte aligned data pointer), got strides ",
+              "stride(1) multiples of ", elems16, ", 16-byte aligned data pointer), got strides ",
               kv_cache.strides(), " and data pointer ", kv_cache.data_ptr());
   check_rows(q, "q");
   check_rows(out, "out");
@@ -99,6 +140,9 @@ void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache
               "strides ", sinks.strides());
 
   const auto device = q.device();
+  const bool fp8 = kv_cache.scalar_type() == at::kFloat8_e4m3fn;
+  check_scale(k_scale, "k_scale", fp8, num_kv_heads, device);
+  check_scale(v_scale, "v_scale", fp8, num_kv_heads, device);
   const std::pair<const at::Tensor*, const char*> others[] = {
       {&kv_cache, "kv_cache"}, {&block_tables, "block_tables"}, {&seq_lens, "seq_lens"},
       {&sinks, "sinks"},       {&out, "out"}};
@@ -112,9 +156,11 @@ void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache
   TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, "flint.decode_attention: "
               "out must not have overlapping rows (e.g. an expanded tensor), got strides ",
               out.strides());
-  const std::pair<const at::Tensor*, const char*> inputs[] = {
+  std::vector<std::pair<const at::Tensor*, const char*>> inputs = {
       {&q, "q"}, {&kv_cache, "kv_cache"}, {&block_tables, "block_tables"},
       {&seq_lens, "seq_lens"}, {&sinks, "sinks"}};
+  if (k_scale) inputs.emplace_back(&*k_scale, "k_scale");
+  if (v_scale) inputs.emplace_back(&*v_scale, "v_scale");
   for (const auto& [t, name] : inputs) {
     const at::MemOverlapStatus overlap = at::get_overlap_status(out, *t);
     TORCH_CHECK(overlap != at::MemOverlapStatus::Full && overlap != at::MemOverlapStatus::Partial,

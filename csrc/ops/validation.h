@@ -9,10 +9,13 @@ namespace flint {
 
 // Throws (TORCH_CHECK) with a message naming the argument, what was expected and
 // what was given, for every input the kernel cannot take. Data-dependent limits
-// (block ids, seq_len range) are not checked here: reading them needs a sync.
+// (block ids, seq_len range, scale values) are not checked here: reading them
+// needs a sync.
 void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  const at::Tensor& sinks, std::optional<int64_t> window,
-                                 double scale, const at::Tensor& out);
+                                 double scale, const at::Tensor& out,
+                                 const std::optional<at::Tensor>& k_scale,
+                                 const std::optional<at::Tensor>& v_scale);
 
 }  // namespace flint

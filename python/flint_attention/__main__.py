@@ -20,7 +20,7 @@ import time
 import torch
 
 from flint_attention import flint_decode_attention
-from flint_attention.reference import (
+from flint_attention.testing import (
     BF16_VS_F64,
     DEFAULT_SCALE,
     attended_kv_bytes,
