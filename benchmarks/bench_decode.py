@@ -57,7 +57,7 @@ Tuning
 
 Outputs
     A Markdown table on stdout (plus eager and sweep tables when asked), the
-    ceiling line, a block to paste into benchmarks/RESULTS.md, JSON
+    ceiling line, a block to paste into the session's log (benchmarks/logs/), JSON
     (--json, default <out-dir>/bench_<timestamp>.json, rewritten after every
     row) and a PNG plot of TB/s against KV bytes (<out-dir>/bench_<timestamp>.png).
 

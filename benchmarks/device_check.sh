@@ -14,6 +14,9 @@
 # logs are appended to $OUT/logs-<steps>.tar and the summary goes to
 # $OUT/summary-<steps>.txt; two invocations with different steps may run side
 # by side (e.g. sanitize in the background while tests run).
+# What a call shows goes into the session's log in benchmarks/logs/, a bench
+# JSON worth keeping into benchmarks/results/ (with a line in its README), and
+# a change of what is verified into benchmarks/RESULTS.md.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_out}
