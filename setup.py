@@ -1,5 +1,7 @@
-"""Builds flint_attention._C: the flint::decode_attention op (CPU path and the
-sm_90a CUDA kernel) as one library that serves every Python >= 3.10."""
+"""Builds flint_attention._C, the flint::decode_attention op (CPU path and the
+sm_90a CUDA kernels) as one library that serves every Python >= 3.10, and
+flint_attention._testing, the test-only ops (explicit launch plans, a PDL
+writer) that tests and benchmarks load; the operator never does."""
 
 import glob
 import os
@@ -12,9 +14,14 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-sources = sorted(
-    glob.glob("csrc/**/*.cpp", recursive=True) + glob.glob("csrc/**/*.cu", recursive=True)
-)
+
+
+def sources(*patterns):
+    return sorted(f for p in patterns for f in glob.glob(p, recursive=True))
+
+
+testing_sources = sources("csrc/testing/*.cpp", "csrc/testing/*.cu")
+op_sources = [f for f in sources("csrc/**/*.cpp", "csrc/**/*.cu") if f not in testing_sources]
 
 nvcc_flags = [
     "-O3",
@@ -30,21 +37,43 @@ nvcc_flags = [
 # mirrors the kernel's rounding; no fma may appear that the source does not write.
 cxx_flags = ["-O3", "-std=c++17", "-DPy_LIMITED_API=0x030a0000", "-fopenmp", "-ffp-contract=off"]
 
+
+def extension(name, srcs, **kw):
+    return CUDAExtension(
+        name=name,
+        sources=srcs,
+        include_dirs=[os.path.join(ROOT, "csrc")],
+        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+        py_limited_api=True,
+        **kw,
+    )
+
+
+class Build(BuildExtension):
+    """Builds _C first, then links _testing against it (found next to it at
+    run time through $ORIGIN), so the test ops launch the op's own kernels."""
+
+    def build_extensions(self):
+        self.extensions.sort(key=lambda e: e.name != "flint_attention._C")
+        super().build_extensions()
+
+    def build_extension(self, ext):
+        if ext.name == "flint_attention._testing":
+            op = self.get_ext_fullpath("flint_attention._C")
+            ext.extra_link_args = ext.extra_link_args + [
+                f"-L{os.path.dirname(op)}", f"-l:{os.path.basename(op)}", "-Wl,-rpath,$ORIGIN"]
+        super().build_extension(ext)
+
+
 setup(
     name="flint-attention",
     version="0.1.0",
     packages=find_packages("python"),
     package_dir={"": "python"},
     ext_modules=[
-        CUDAExtension(
-            name="flint_attention._C",
-            sources=sources,
-            include_dirs=[os.path.join(ROOT, "csrc")],
-            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
-            extra_link_args=["-fopenmp"],
-            py_limited_api=True,
-        )
+        extension("flint_attention._C", op_sources, extra_link_args=["-fopenmp"]),
+        extension("flint_attention._testing", testing_sources),
     ],
-    cmdclass={"build_ext": BuildExtension},
+    cmdclass={"build_ext": Build},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

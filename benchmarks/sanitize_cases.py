@@ -1,65 +1,58 @@
-"""A few small launches of every merge path, for compute-sanitizer
-(memcheck, racecheck, synccheck): one split, the split merge through the
-workspace, cluster merge, seq_len 0, window, PDL on, the page ring refilled
-before and after the wait. Checks results loosely so a run that is silently
-wrong still fails."""
+"""Small launches of every kernel path, for compute-sanitizer (memcheck,
+racecheck, synccheck): every compiled variant once (its plan from the
+extension's own table), then the balanced kernel's machinery on purpose --
+segments split over warps and CTAs, the two-level merge, chained pieces,
+seq_len 0, windows, fp8, PDL off. Results are checked against float64 so that a
+run that is silently wrong still fails.
 
-import os
+    compute-sanitizer --tool memcheck python benchmarks/sanitize_cases.py [--quick]
+"""
+
+from __future__ import annotations
+
+import dataclasses
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from conftest import check_vs_f64 as check  # noqa: E402
-from conftest import cuda_inputs as make_inputs  # noqa: E402
+from flint_attention.testing import BF16_VS_F64, FP8, assert_close, make_paged_inputs, plans
+from flint_attention.testing import reference_decode_attention as reference
 
-from flint_attention.testing import reference_decode_attention as reference  # noqa: E402
-
-CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
-    (None, [0, 17, 300, 33], 2, None),
-    ("1,4,2,1,0", [5, 40, 0], 1, None),
-    ("6,8,2,1,0", [1000, 3, 0], 1, None),
-    ("33,9,2,1,0", [8192, 3, 0], 1, None),  # 9 warps: the 9th only streams
-    ("13,10,2,2,0", [5000, 700], 2, 64),
-    ("16,10,2,1,0", [8192, 20000, 3], 1, None),  # all 10 stream at 8192, 8 at 20000
-    ("5,4,3,1,0", [700, 129], 2, 64),
-    ("4,4,3,1,1", [0, 500, 17], 1, 128),
-    ("8,4,2,1,1", [300, 1], 1, None),
-    ("8,8,3,1,1", [0, 2000, 40], 1, None),
-    ("16,8,2,1,1", [900, 3], 1, 300),  # 16 ranks, half the threads idle in the merge
-    ("0,4,3,1,0", [0, 700, 17, 129, 5], 2, 128),  # one warp per (request, kv head)
-    ("0,8,2,1,0", [3000, 1, 0, 260, 17, 40, 999, 5, 64], 1, 200),
-    # More pairs (1104) than 132 SMs hold 8-warp CTAs' warps: the persistent
-    # warps loop over pairs through one ring.
-    ("0,8,2,1,0", [(37 * i) % 70 for i in range(138)], 8, 48),
-    # The same with 4-slot rings: some pairs are shorter than the 3 leading
-    # pages a chained stream issues for the next pair.
-    ("0,4,4,1,0", [(37 * i) % 90 for i in range(138)], 8, 64),
-]
-# The same launches with the ring refilled the other way round where the
-# launch's rule picks one (FLINT_REFILL_AFTER_WAIT; launch.cu).
-FORCED_REFILL = [
-    ("8,4,2,1,1", [300, 1], 1, None, "1"),
-    ("0,4,3,1,0", [0, 700, 17, 129, 5], 2, 128, "1"),
-    ("6,8,2,1,0", [1000, 3, 0], 1, None, "0"),
-    ("6,8,2,1,0", [1000, 3, 0], 1, None, "2"),
-    ("0,4,3,1,0", [0, 700, 17, 129, 5], 2, 128, "2"),
-]
+SCALE = 0.088
 
 
-def set_env(name, value):
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
-
-
-for cfg, seq_lens, kvh, window, *refill in CASES + FORCED_REFILL:
-    set_env("FLINT_LAUNCH_CONFIG", cfg)
-    set_env("FLINT_REFILL_AFTER_WAIT", refill[0] if refill else None)
-    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, kvh, window)
-    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, 0.088, out)
+def run(plan, seq_lens, kvh, window):
+    fp8 = dict(kv_dtype=FP8, k_scale=[0.01 + 0.002 * h for h in range(kvh)], v_scale=0.012) \
+        if plan.kv == "fp8" else {}
+    inp = make_paged_inputs(len(seq_lens), seq_lens, kvh, window, "cuda", **fp8)
+    plans.run_with_plan(plan, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
+                        window, SCALE, inp.out, inp.k_scale, inp.v_scale)
     torch.cuda.synchronize()
-    check(out, reference(q, kv, bt, sl, sinks, window, 0.088))
-    print(f"ok {cfg} {seq_lens} kvh={kvh} window={window} refill={refill}", flush=True)
-print("sanitize cases done")
+    ref = reference(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, SCALE,
+                    inp.k_scale, inp.v_scale)
+    assert_close(inp.out, ref, BF16_VS_F64, f"{plan.name} {seq_lens[:8]} kvh={kvh} window={window}")
+    print(f"ok {plan.name} batch={len(seq_lens)} kvh={kvh} window={window}", flush=True)
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv  # the default plans only (racecheck is slow)
+    for plan in [] if quick else plans.variants():
+        run(plan, [0, 17, 300, 33, 4097], 2, None)
+        run(plan, [700, 129, 0, 5], 2, 64)
+    for kv in ("bf16", "fp8"):
+        probe = make_paged_inputs(1, [1], 1, None, "cuda", kv_dtype=FP8 if kv == "fp8" else torch.bfloat16)
+        plan = plans.default_plan(probe.q, probe.kv_cache, None)
+        ctas = plans._ops().division(probe.q, probe.kv_cache, probe.block_tables, probe.seq_lens,
+                                     None, plan.to_ints())[0]
+        run(plan, [20000], 1, None)  # one segment over every CTA: the two-level merge
+        run(plan, [16 * 8 * 49 - 3], 1, None)  # 49 CTAs: just past one level
+        run(plan, [(37 * i) % 70 for i in range(300 if not quick else 60)], 8 if not quick else 2,
+            48)  # chained short pieces
+        run(plan, [0] * 20, 2, None)  # nothing to attend
+        run(plan, [16 * 8 * ctas * 2 // 3] * 3, 1, None)  # segments ending on CTA boundaries
+        run(dataclasses.replace(plan, pdl=False), [3000, 1, 0, 260], 2, 128)
+    print("sanitize cases done")
+
+
+if __name__ == "__main__":
+    main()

@@ -170,18 +170,3 @@ def layout_grid(batches, kv_heads, windows):
     ):
         layout = list(LAYOUTS)[(ib + ik + iw) % len(LAYOUTS)]
         yield pytest.param(batch, kvh, window, layout, id=f"b{batch}-kvh{kvh}-w{window}-{layout}")
-
-
-@pytest.fixture
-def launch_config():
-    """Sets FLINT_LAUNCH_CONFIG for the calls that follow (None: the
-    heuristic); unset again after the test."""
-
-    def set_config(cfg: str | None) -> None:
-        if cfg is None:
-            os.environ.pop("FLINT_LAUNCH_CONFIG", None)
-        else:
-            os.environ["FLINT_LAUNCH_CONFIG"] = cfg
-
-    yield set_config
-    os.environ.pop("FLINT_LAUNCH_CONFIG", None)

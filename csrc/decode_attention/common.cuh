@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "decode_attention/division.h"
 #include "decode_attention/params.h"
 #include "ptx/memory.cuh"
 
@@ -11,23 +12,6 @@ namespace flint::detail {
 constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
-
-// One request's attended span: tokens [start_tok, seq_len), pages start_page
-// + k for k < num_pages (num_pages <= 0: nothing to attend). An
-// out-of-contract length is clamped so that no read leaves the block table or
-// the cache.
-struct SeqExtent {
-  int seq_len, start_tok, start_page, num_pages;
-};
-
-__device__ __forceinline__ SeqExtent seq_extent(const DecodeParams& p, int raw_len) {
-  SeqExtent e;
-  e.seq_len = min(max(raw_len, 0), p.max_blocks * kPageTokens);
-  e.start_tok = p.window > 0 ? max(e.seq_len - p.window, 0) : 0;
-  e.start_page = e.start_tok / kPageTokens;
-  e.num_pages = (e.seq_len + kPageTokens - 1) / kPageTokens - e.start_page;
-  return e;
-}
 
 // Weight of a partial with max m against the merged scaled max: 0 for a
 // partial that saw no token (m = -inf).

@@ -14,10 +14,10 @@
 #include <cstdint>
 
 #include "decode_attention/common.cuh"
+#include "decode_attention/kernels/registry.h"
 #include "decode_attention/merge.cuh"
 #include "decode_attention/params.h"
 #include "decode_attention/smem_plan.h"
-#include "decode_attention/timeline.cuh"
 #include "decode_attention/warp_pages.cuh"
 #include "ptx/bulk_copy.cuh"
 #include "ptx/cluster.cuh"
@@ -45,7 +45,7 @@ template <class Plan>
 __device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st, int g, int t) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int d0 = o_tile_dim(j, g);
+    const int d0 = KvBf16::o_tile_dim(j, g);
     ptx::st_shared_f32x2(ptx::smem_addr(&buf[(2 * t) * kHeadDim + warp_buf_col(2 * t, d0)]),
                          st.o[4 * j], st.o[4 * j + 2]);
     ptx::st_shared_f32x2(ptx::smem_addr(&buf[(2 * t + 1) * kHeadDim + warp_buf_col(2 * t + 1, d0)]),
@@ -76,7 +76,7 @@ __device__ __forceinline__ int fewest_splits(int pages, int warps, int cap, int 
 
 }  // namespace detail
 
-template <int kWarps, int kStages, int kClusterSplits, bool kTimeline = false>
+template <int kWarps, int kStages, int kClusterSplits>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     decode_attention_kernel(const __grid_constant__ DecodeParams p) {
   using Plan = SmemPlan<kWarps, kStages, kClusterSplits>;
@@ -88,7 +88,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   constexpr int kThreadsPerHead = kHeadDim / E;
 
   extern __shared__ __align__(128) uint8_t smem[];
-  stamp<kTimeline>(p, kStampEntry);
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int max_splits = gridDim.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -110,7 +109,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // are written by host-to-device copies ahead of the forward, never by the
   // kernel this one overlaps with.
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
-  stamp_after<kTimeline>(p, kStampSeqLen, seq_len);
   // A split is active when each of its warps gets at least min_pages pages and
   // the active CTAs fit the GPU at once (max_active_splits), and of those only
   // as many as give each warp the same largest number of pages: the SMs left
@@ -159,7 +157,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
                         ptx::smem_addr(smem) + warp * kStages * kPageBytes,
                         ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8};
   const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
-  stamp_after<kTimeline>(p, kStampBlockIds, bt_cur);
   init_ring_barriers<kStages>(pages.bars, lane);
   if constexpr (kClusterSplits > 0) {
     // Peers must be running before anyone stores into their shared memory;
@@ -169,7 +166,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   // ---- prefetch, wait on the previous kernel, stream pages -------------------
   WarpState st;
-  wait_then_stream_pages<kStages, kTimeline>(p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len,
+  wait_then_stream_pages<kStages>(p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len,
                                              g, t, lane, st);
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
@@ -200,7 +197,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       o[e + 3] += corr * x.w;
     }
   }
-  stamp<kTimeline>(p, kStampMerged);
   if constexpr (kClusterSplits > 0) {
     // ---- merge the splits of the cluster ------------------------------------
     cluster_merge<kWarps, kClusterSplits>(p, smem + Plan::kClusterOffset, split, b, kvh, tid, eh,
@@ -231,14 +227,18 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     if (lane == 0) arrival = ptx::atomic_add_acq_rel_gpu(counter, 1);
     arrival = __shfl_sync(kFullMask, arrival, 0);
     __syncwarp();
-    stamp<kTimeline>(p, kStampArrived);
     if (arrival == num_splits - 1) {
       merge_splits<kMergeWarps>(p, bh, num_splits, eh, ed, sink_scaled, out_row);
       // The counter resets itself for the next launch on this stream.
       if (lane == 0) ptx::st_relaxed_gpu(counter, 0);
     }
   }
-  stamp<kTimeline>(p, kStampExit);
+}
+
+template <int kWarps, int kStages, int kClusterSplits>
+KernelEntry split_entry() {
+  return {reinterpret_cast<const void*>(&decode_attention_kernel<kWarps, kStages, kClusterSplits>),
+          SmemPlan<kWarps, kStages, kClusterSplits>::kBytes};
 }
 
 }  // namespace flint

@@ -15,9 +15,9 @@
 #include <cstdint>
 
 #include "decode_attention/common.cuh"
+#include "decode_attention/kernels/registry.h"
 #include "decode_attention/params.h"
 #include "decode_attention/smem_plan.h"
-#include "decode_attention/timeline.cuh"
 #include "decode_attention/warp_pages.cuh"
 #include "ptx/griddepcontrol.cuh"
 #include "ptx/mbarrier.cuh"
@@ -26,22 +26,6 @@
 namespace flint {
 
 namespace detail {
-
-// Lane (g, t) holds O^T for heads 2t, 2t+1 at dims d0, d0 + 1 of m-tile j
-// (d0 = o_tile_dim(j, g)): one bf16 pair per (j, head).
-__device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t stride_h,
-                                               const float (&o)[32], float inv0, float inv1,
-                                               int g, int t) {
-  uint16_t* head0 = out_kv_head + (2 * t) * stride_h;
-  uint16_t* head1 = head0 + stride_h;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int d0 = o_tile_dim(j, g);
-    *reinterpret_cast<uint32_t*>(head0 + d0) = ptx::pack_bf16x2(o[4 * j] * inv0, o[4 * j + 2] * inv0);
-    *reinterpret_cast<uint32_t*>(head1 + d0) =
-        ptx::pack_bf16x2(o[4 * j + 1] * inv1, o[4 * j + 3] * inv1);
-  }
-}
 
 // One (request, kv head) pair and its attended span (seq_extent). seq_len is
 // read before griddepcontrol.wait (see kernel.cuh).
@@ -72,14 +56,13 @@ __device__ __forceinline__ WarpPages pair_pages(const DecodeParams& p, const Pai
 
 }  // namespace detail
 
-template <int kWarps, int kStages, bool kTimeline = false>
+template <int kWarps, int kStages>
 __global__ void __launch_bounds__(32 * kWarps)
     decode_attention_warp_per_head_kernel(const __grid_constant__ DecodeParams p) {
   using Plan = SmemPlan<kWarps, kStages, 0>;  // the ring and barriers; no merge buffers
   using namespace detail;
 
   extern __shared__ __align__(128) uint8_t smem[];
-  stamp<kTimeline>(p, kStampEntry);  // thread 0: the stamps follow warp 0's pairs
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
   const int num_pairs = p.batch * p.num_kv_heads;
@@ -116,7 +99,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     if (cur.num_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
       const float zeros[32] = {};
-      store_warp_out(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
+      store_warp_out<KvBf16>(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
       cur = next;
       leading_issued = false;
       continue;
@@ -139,20 +122,25 @@ __global__ void __launch_bounds__(32 * kWarps)
     // ---- prefetch, wait on the previous kernel, stream pages -----------------
     // (after the first pair, griddepcontrol.wait returns at once.)
     WarpState st;
-    wait_then_stream_pages<kStages, kTimeline, true>(p, pages, bt_cur, bt_next, cur.b, cur.kvh,
+    wait_then_stream_pages<kStages, true>(p, pages, bt_cur, bt_next, cur.b, cur.kvh,
                                                      cur.start_tok, cur.seq_len, g, t, lane, st,
                                                      leading_issued, &after);
 
     // ---- normalize with the sink term and store ------------------------------
     const float inv0 = 1.f / (st.l[0] + ptx::ex2(sink0 - st.m[0] * p.scale_log2));
     const float inv1 = 1.f / (st.l[1] + ptx::ex2(sink1 - st.m[1] * p.scale_log2));
-    store_warp_out(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
+    store_warp_out<KvBf16>(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
     ring_base += cur.num_pages;
     cur = next;
     leading_issued = chain;
     carried_bt = after.bt;
   }
-  stamp<kTimeline>(p, kStampExit);
+}
+
+template <int kWarps, int kStages>
+KernelEntry warp_per_head_entry() {
+  return {reinterpret_cast<const void*>(&decode_attention_warp_per_head_kernel<kWarps, kStages>),
+          SmemPlan<kWarps, kStages, 0>::kBytes};
 }
 
 }  // namespace flint

@@ -37,10 +37,10 @@ struct DecodeParams {
   const float* v_scale;        // likewise for V
   uint16_t* out;               // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
 
-  // Workspace for the split merge (unused with one split or a cluster merge).
-  float* part_o;    // [num_partials, 8, 128] fp32 unnormalized split outputs
+  // Workspace of the merges across CTAs (launch_plan.h says how much a launch uses).
+  float* part_o;    // [num_partials, 8, 128] fp32 unnormalized partial outputs
   float* part_ml;   // [num_partials, 2, 8] fp32: row max m (unscaled), row sum l
-  int32_t* counters;  // [batch * num_kv_heads, warps] arrivals, zero between launches
+  int32_t* counters;  // arrival counters, zero between launches (each resets itself)
 
   int64_t q_stride_b, q_stride_h;
   int64_t out_stride_b, out_stride_h;
@@ -54,20 +54,14 @@ struct DecodeParams {
   int window;       // attend to the last `window` positions; 0 = all
   KvDtype kv_dtype;
   int k_scale_stride, v_scale_stride;  // 1: one scale per kv head; 0: one per tensor
-  int min_pages;    // a split is active when each of its warps gets >= this many pages
   float scale_log2; // softmax scale * log2(e)
-  int max_active_splits;  // split kernel: at most this many splits take pages (the CTAs the
-                          // GPU holds at once / (request, kv head) pairs; set by the launch)
-  int refill_after_wait;  // 1: a warp refills its ring only once the page it waits for has
-                          // arrived (kStages - 1 pages in flight while it waits, not
-                          // kStages); 2: so do the warps whose first page has arrived
-                          // when griddepcontrol.wait returns, the others (late) refill
-                          // before; -1 from the op: the launch decides (launch.cu)
 
-  // Diagnostics only (decode_attention/timeline.cuh): [ctas, stamps, 2] uint64,
-  // written by the kTimeline kernels; nullptr for the operator. Last, so the
-  // operator's kernels see every other field where they did before.
-  uint64_t* timeline;
+  // Legacy kernels only (kernel.cuh, kernel_warp_per_head.cuh), set by the launch.
+  int min_pages;    // a split is active when each of its warps gets >= this many pages
+  int max_active_splits;  // at most this many splits take pages (one wave)
+  int refill_after_wait;  // 1: refill a ring slot after waiting for the page (one fewer in
+                          // flight); 2: the same unless the warp's first page was late
+
 };
 
 }  // namespace flint

@@ -12,9 +12,10 @@
 namespace flint {
 namespace {
 
-// Partials per SM: the heuristic uses at most 2 (num_bh x splits <= 2 x SMs);
-// the rest is headroom for tuned configurations.
-constexpr int64_t kMaxPartialsPerSm = 4;
+// Partials per SM: a balanced launch uses 4 per CTA of its one-wave grid (one
+// CTA per SM), a legacy split launch at most 2 (pairs x splits <= 2 x SMs);
+// the rest is headroom. Counters: 8 per partial (legacy: 8 per pair).
+constexpr int64_t kMaxPartialsPerSm = 8;
 
 // The stream of the last launch that used the workspace, and an event to
 // make the next launch's stream wait for it.
@@ -75,7 +76,7 @@ WorkspaceLease lease_workspace(const at::Device& device, cudaStream_t stream) {
     st.part_ml = at::empty({max_partials, 2, kGqa}, f32);
     st.counters = at::zeros({max_partials * kGqa}, f32.dtype(at::kInt));
     st.ws = {st.part_o.data_ptr<float>(), st.part_ml.data_ptr<float>(),
-             st.counters.data_ptr<int32_t>(), max_partials};
+             st.counters.data_ptr<int32_t>(), max_partials, max_partials * kGqa};
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&st.eager.done, cudaEventDisableTiming));
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&st.captured.done, cudaEventDisableTiming));
     it = states.emplace(device.index(), std::move(st)).first;

@@ -1,5 +1,5 @@
-// Persistent per-device workspace of the CUDA path: fp32 split partials and
-// self-resetting arrival counters.
+// Persistent per-device workspace of the CUDA path: fp32 partials of the merges
+// across CTAs and self-resetting arrival counters.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +13,8 @@ namespace flint {
 struct Workspace {
   float* part_o;       // [max_partials, 8, 128]
   float* part_ml;      // [max_partials, 2, 8]
-  int32_t* counters;   // [max_partials, 8]: one per warp of each (request, kv head) a split
-                       // launch uses (at most max_partials / 2 pairs), zero between launches
-  int64_t max_partials;
+  int32_t* counters;   // [max_counters], zero between launches (each resets itself)
+  int64_t max_partials, max_counters;  // what a launch may use: launch_shape says
 };
 
 // The workspace of a device, with the lock that orders its users: hold the

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ptx/arch.cuh"
+#include "ptx/mbarrier.cuh"
 
 namespace flint::ptx {
 
@@ -16,6 +17,12 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
           dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
+}
+
+// Typed form: `dst` a shared-memory buffer, completing on `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes,
+                                              Mbarrier& bar) {
+  bulk_copy_g2s(smem_addr(dst), src, bytes, smem_addr(&bar));
 }
 
 }  // namespace flint::ptx

@@ -6,6 +6,12 @@
 
 namespace flint::ptx {
 
+// An mbarrier object in shared memory. The typed overloads below take one, so
+// that a barrier and a shared-memory address cannot be swapped silently.
+struct alignas(8) Mbarrier {
+  uint64_t state;
+};
+
 // mbarrier.init.shared::cta.b64
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
@@ -52,6 +58,20 @@ __device__ __forceinline__ bool mbarrier_test_parity(uint32_t bar, uint32_t pari
       : "r"(bar), "r"(parity)
       : "memory");
   return done != 0;
+}
+
+// Typed forms of the above.
+__device__ __forceinline__ void mbarrier_init(Mbarrier& bar, uint32_t arrivals) {
+  mbarrier_init(smem_addr(&bar), arrivals);
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(Mbarrier& bar, uint32_t bytes) {
+  mbarrier_arrive_expect_tx(smem_addr(&bar), bytes);
+}
+__device__ __forceinline__ void mbarrier_wait_parity(Mbarrier& bar, uint32_t parity) {
+  mbarrier_wait_parity(smem_addr(&bar), parity);
+}
+__device__ __forceinline__ bool mbarrier_test_parity(Mbarrier& bar, uint32_t parity) {
+  return mbarrier_test_parity(smem_addr(&bar), parity);
 }
 
 }  // namespace flint::ptx

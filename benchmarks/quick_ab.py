@@ -1,0 +1,157 @@
+"""A quick A/B of launch plans on a few shapes, in one short GPU call: the op's
+default plan against the legacy kernels' heuristic (and any named variant),
+CUDA-graph replay of back-to-back calls rotating over input sets of >= 200 MB
+(L2 cold), median of 15 replays. Each output is checked against float64 first.
+The full benchmark (peers, every row, JSON) is bench_decode.py; this is for a
+first look at a kernel change.
+
+    python benchmarks/quick_ab.py [--rows a,b] [--variants]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+
+from flint_attention.testing import BF16_VS_F64, FP8, error_report, make_paged_inputs, plans
+from flint_attention.testing import reference_decode_attention as reference
+
+SCALE = 128**-0.5
+
+
+def lognormal_lens(n, lo, hi, seed):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=g)
+    return [int(math.exp(math.log(lo) + x * (math.log(hi) - math.log(lo)))) for x in u.tolist()]
+
+
+# name -> (seq_lens, kv heads, window, block-table width in blocks or None)
+ROWS = {
+    "b1_l1k": ([1024], 8, None, None),
+    "b1_l1k_w8192": ([1024], 8, None, 8192),
+    "b1_l8k": ([8192], 8, None, None),
+    "h1_b8_l8k": ([8192] * 8, 1, None, None),
+    "b4_l8k": ([8192] * 4, 8, None, None),
+    "b64_l8k": ([8192] * 64, 8, None, None),
+    "h1_tp_64k": ([65536], 1, None, 8192),
+    "logu32": (lognormal_lens(32, 100, 32768, 1), 8, None, 8192),
+    "pad24": (lognormal_lens(20, 1000, 8192, 2) + [0] * 4, 8, None, 8192),
+    "b128_50_8k": (lognormal_lens(128, 50, 8192, 3), 8, None, None),
+    "swa128_b1": ([8192], 8, 128, None),
+    "swa128_b64": ([8192] * 64, 8, 128, None),
+    "swa128_pad64": (lognormal_lens(50, 200, 32768, 4) + [0] * 14, 8, 128, 8192),
+    "swa128_b256": ([8192] * 256, 8, 128, None),
+}
+
+
+def make_sets(lens, kvh, window, width, kv_dtype):
+    max_pages = max(-(-n // 16) for n in lens)
+    kw = dict(max_blocks=max(width or 0, max_pages + 2), poison=False, kv_dtype=kv_dtype)
+    if kv_dtype == FP8:
+        kw.update(k_scale=0.01, v_scale=0.01)
+    sets, total = [], 0
+    while total < 200e6 or len(sets) < 2:
+        s = make_paged_inputs(len(lens), lens, kvh, window, "cuda", **kw)
+        sets.append(s)
+        total += s.kv_cache.numel() * s.kv_cache.element_size()
+        if len(sets) >= 64:
+            break
+    return sets
+
+
+def kv_bytes(lens, kvh, window, elem):
+    att = sum(min(n, window) if window else n for n in lens)
+    return att * kvh * 256 * elem
+
+
+def call_fn(plan, s, window):
+    if plan is None:
+        return lambda: torch.ops.flint.decode_attention(
+            s.q, s.kv_cache, s.block_tables, s.seq_lens, s.sinks, window, SCALE, s.out,
+            s.k_scale, s.v_scale)
+    return lambda: plans.run_with_plan(plan, s.q, s.kv_cache, s.block_tables, s.seq_lens, s.sinks,
+                                       window, SCALE, s.out, s.k_scale, s.v_scale)
+
+
+def time_plan(plan, sets, window, floor_us):
+    fns = [call_fn(plan, s, window) for s in sets]
+    s0 = sets[0]
+    s0.out.fill_(float("nan"))
+    fns[0]()
+    torch.cuda.synchronize()
+    ref = reference(s0.q, s0.kv_cache, s0.block_tables, s0.seq_lens, s0.sinks, window, SCALE,
+                    s0.k_scale, s0.v_scale)
+    rep = error_report(s0.out, ref, BF16_VS_F64)
+    if not rep.ok(BF16_VS_F64):
+        return None, "MISMATCH " + rep.describe(BF16_VS_F64).replace("\n", " | ")
+    for f in fns:
+        f()
+    n = max(len(sets), min(400, int(2000 / max(floor_us, 1.0))))
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        for i in range(n):
+            fns[i % len(fns)]()
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(15):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / n)
+    return statistics.median(times), f"err {rep.rel_fro:.1e}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--kv", default="bf16,fp8")
+    ap.add_argument("--variants", action="store_true", help="also every compiled balanced variant")
+    ap.add_argument("--budget-s", type=float, default=240)
+    args = ap.parse_args()
+    t0 = time.time()
+    print("| row | kv | plan | µs | TB/s | note |\n|---|---|---|---|---|---|", flush=True)
+    for name in args.rows.split(","):
+        lens, kvh, window, width = ROWS[name]
+        for kv in args.kv.split(","):
+            if time.time() - t0 > args.budget_s:
+                print(f"| {name} | {kv} | budget spent | | | |")
+                continue
+            kv_dtype = FP8 if kv == "fp8" else torch.bfloat16
+            sets = make_sets(lens, kvh, window, width, kv_dtype)
+            nbytes = kv_bytes(lens, kvh, window, 1 if kv == "fp8" else 2)
+            floor_us = nbytes / 4.5e12 * 1e6
+            cands = [("default", None)]
+            s = sets[0]
+            if kv == "bf16":
+                cands.append(("legacy", plans.legacy_plan(s.q, s.kv_cache, s.block_tables, window)))
+            if args.variants:
+                cands += [(p.name, p) for p in plans.variants() if p.kind == "balanced" and p.kv == kv]
+            for label, plan in cands:
+                try:
+                    us, note = time_plan(plan, sets, window, floor_us)
+                except Exception as e:  # noqa: BLE001
+                    us, note = None, f"{type(e).__name__}: {str(e)[:200]}"
+                    if "CUDA" in str(e) or "illegal" in str(e):
+                        print(f"| {name} | {kv} | {label} | FATAL | | {note} |", flush=True)
+                        raise
+                tbps = f"{nbytes / (us * 1e-6) / 1e12:.2f}" if us else ""
+                goal = floor_us / 0.93 + 3
+                lab = label if plan is None else f"{label} ({plan.name})"
+                print(f"| {name} | {kv} | {lab} | {us:.2f} | {tbps} | goal {goal:.2f}; {note} |"
+                      if us else f"| {name} | {kv} | {lab} | - | | {note} |", flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    print(f"quick_ab done in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

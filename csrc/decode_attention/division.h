@@ -1,0 +1,54 @@
+// The batch's attended pages and how the balanced kernel divides them among
+// its warps: host and device share these formulas (the kernel computes the
+// division on the device at every call; tests and benchmarks read it on the
+// host through the testing extension).
+#pragma once
+
+#include <cstdint>
+
+#include "decode_attention/params.h"
+
+#if defined(__CUDACC__)
+#define FLINT_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FLINT_HOST_DEVICE inline
+#endif
+
+namespace flint {
+
+// One request's attended span: tokens [start_tok, seq_len), pages start_page
+// + k for k < num_pages (num_pages <= 0: nothing to attend). An
+// out-of-contract length is clamped so that no read leaves the block table or
+// the cache.
+struct SeqExtent {
+  int seq_len, start_tok, start_page, num_pages;
+};
+
+FLINT_HOST_DEVICE SeqExtent seq_extent(int raw_len, int window, int max_blocks) {
+  SeqExtent e;
+  const int max_len = max_blocks * kPageTokens;
+  e.seq_len = raw_len < 0 ? 0 : raw_len > max_len ? max_len : raw_len;
+  e.start_tok = window > 0 && e.seq_len > window ? e.seq_len - window : 0;
+  e.start_page = e.start_tok / kPageTokens;
+  e.num_pages = (e.seq_len + kPageTokens - 1) / kPageTokens - e.start_page;
+  return e;
+}
+
+FLINT_HOST_DEVICE SeqExtent seq_extent(const DecodeParams& p, int raw_len) {
+  return seq_extent(raw_len, p.window, p.max_blocks);
+}
+
+// Each warp of the grid gets per_warp consecutive pages of the batch's
+// `total`, each CTA the cta_pages of its warps: CTA c holds pages
+// [c cta_pages, (c + 1) cta_pages) (clipped to total).
+struct Division {
+  int64_t total, per_warp, cta_pages;
+};
+
+FLINT_HOST_DEVICE Division divide_pages(int64_t total, int ctas, int warps) {
+  const int64_t all_warps = int64_t(ctas) * warps;
+  const int64_t per_warp = total > 0 ? (total + all_warps - 1) / all_warps : 1;
+  return {total, per_warp, per_warp * warps};
+}
+
+}  // namespace flint

@@ -1,0 +1,332 @@
+// What one warp does with one page: its lane fragments of q, K and V, per cache
+// format, and one page of the online softmax on the tensor cores
+// (S^T = K Q^T, O^T += V^T P^T, the 8 query heads of the GQA group as the
+// n = 8 dimension of mma.m16n8k16).
+//
+// Lane (g = lane / 4, t = lane % 4). Both formats hand attend_page the same
+// register roles:
+//   q[w]      bf16 pair of head g, the two dims k-step w / 2 multiplies with k[16r + w]
+//   k[16r+w]  bf16 pair of token g + 8r (r < 2) at the dims of q[w]
+//   v[8r+4h+j] bf16 pair of token 2t + (r & 1) + 8(r >> 1) (r < 4) at dims
+//             chunk_dim(g, h) + 2j, +1 (h < 2, j < 4)
+// so that m-tile j of O^T holds dims o_tile_dim(j, g), +1 (rows g, g + 8).
+// Which dims those are is each format's choice (a permutation of the 128
+// dims shared by q and K, another one for V and O): it is picked so that a
+// quarter-warp's 16-byte shared-memory reads spread over the banks.
+#pragma once
+
+#include <cstdint>
+
+#include "decode_attention/common.cuh"
+#include "decode_attention/params.h"
+#include "ptx/convert.cuh"
+#include "ptx/memory.cuh"
+#include "ptx/mma.cuh"
+
+namespace flint::detail {
+
+// Online-softmax state of one warp for the two query heads 2t and 2t+1 of
+// lane (g, t), and its share of O^T.
+struct WarpState {
+  float m[2];    // running max of the raw logits S (unscaled)
+  float l[2];    // this lane's part of the row sums (tokens g and g+8 of each page)
+  float o[32];   // O^T: o[4j + e] is head 2t + (e & 1), dim o_tile_dim(j, g) + (e >> 1)
+};
+
+// V rows outside [start_tok, seq_len) are zeroed, so stale or NaN cache
+// contents never reach P V (a zero P alone would not cancel a NaN).
+__device__ __forceinline__ void mask_v_rows(uint32_t (&v)[32], int page, int start_tok, int seq_len,
+                                            int t) {
+  const int first = page * kPageTokens;
+  if (first < start_tok || first + kPageTokens > seq_len) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int pos = first + 2 * t + (r & 1) + 8 * (r >> 1);
+      const bool attended = pos >= start_tok && pos < seq_len;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[8 * r + j] = attended ? v[8 * r + j] : 0u;
+    }
+  }
+}
+
+// ---- bf16 cache: pages of 16 rows x 512 bytes ----------------------------------
+//
+// q / K dims of q[4i + j]: 32i + 8t + 2j (16 contiguous bytes per i).
+// V: chunk_dim(g, h) = 64h + 8g (h = 0), 64h + 8(g ^ 4) (h = 1).
+//
+// Ring rows are 512 bytes apart, so every row starts at bank 0 and 16-byte
+// column c of any row lies in bank group c % 8. Read in fragment order, a
+// quarter-warp (the 8 lanes of one g pair) would take K as two rows x the same
+// four columns (2-way conflict) and V as four rows x the same two columns
+// (4-way). So the lanes of odd g read each pair of K column blocks in the other
+// order, the lanes t >= 2 read their two V chunks in the other order, and V's
+// second chunk is dims 64 + 8(g ^ 4): K is conflict-free, V 2-way, and a select
+// per word puts each fragment back.
+struct KvBf16 {
+  static constexpr KvDtype kDtype = KvDtype::kBf16;
+  static constexpr int kRowBytes = kRowElems * 2;
+  static constexpr int kPageBytes = kPageTokens * kRowBytes;
+  static_assert(kPageBytes == 8192, "16 tokens x [K | V] of 128 bf16");
+
+  __device__ __forceinline__ static int chunk_dim(int g, int h) {
+    return 64 * h + 8 * (h == 1 ? g ^ 4 : g);
+  }
+  __device__ __forceinline__ static int o_tile_dim(int j, int g) {
+    return chunk_dim(g, j / 4) + 2 * (j % 4);
+  }
+  // Column swizzle of the merge buffers (store_partial): XOR of dim d of head h.
+  __device__ __forceinline__ static int buf_swizzle(int h, int /*d*/) { return h & 6; }
+
+  __device__ __forceinline__ static void load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4];
+      ptx::ld_global_u32x4(q_row + 32 * i + 8 * t, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
+    }
+  }
+
+  __device__ __forceinline__ static void load_page(uint32_t slot, int page, int start_tok,
+                                                   int seq_len, int g, int t, uint32_t (&k)[32],
+                                                   uint32_t (&v)[32]) {
+    const bool k_swap = g & 1;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t row = slot + (g + 8 * r) * kRowBytes + 16 * t;
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        uint32_t a[4], b[4];  // column blocks 2m, 2m + 1 (swapped for odd g)
+        ptx::ld_shared_u32x4(row + 128 * m + (k_swap ? 64 : 0), a);
+        ptx::ld_shared_u32x4(row + 128 * m + (k_swap ? 0 : 64), b);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          k[16 * r + 8 * m + j] = k_swap ? b[j] : a[j];
+          k[16 * r + 8 * m + 4 + j] = k_swap ? a[j] : b[j];
+        }
+      }
+    }
+    const bool v_swap = t >> 1;
+    const uint32_t v_row0 = slot + kHeadDim * 2 + 2 * t * kRowBytes;
+    const uint32_t chunk0 = chunk_dim(g, 0) * 2, chunk1 = chunk_dim(g, 1) * 2;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const uint32_t row = v_row0 + ((r & 1) + 8 * (r >> 1)) * kRowBytes;
+      uint32_t a[4], b[4];  // chunks h = 0, 1 (swapped for t >= 2)
+      ptx::ld_shared_u32x4(row + (v_swap ? chunk1 : chunk0), a);
+      ptx::ld_shared_u32x4(row + (v_swap ? chunk0 : chunk1), b);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[8 * r + j] = v_swap ? b[j] : a[j];
+        v[8 * r + 4 + j] = v_swap ? a[j] : b[j];
+      }
+    }
+    mask_v_rows(v, page, start_tok, seq_len, t);
+  }
+};
+
+// ---- fp8 (e4m3) cache: pages of 16 rows x 256 bytes ----------------------------
+//
+// K and V are converted exactly to bf16 in registers (e4m3 -> fp16 -> fp32 ->
+// bf16, every step exact), so the MMAs are the bf16 path's; the scales are
+// applied in fp32 outside them (decode kernels: k_scale in the softmax scale,
+// v_scale in the normalization).
+//
+// q / K dims of q[w]: 32t + 2w, +1 (each lane's 32 dims contiguous: 32 bytes
+// of a K row). V: chunk_dim(g, h) = 16g + 8h (16 contiguous bytes of a V row).
+// Rows are 256 bytes apart (bank group = 16-byte column % 8 again): the lanes
+// of odd g read their two K halves in the other order (conflict-free); the
+// four t of a quarter-warp read the same V column of four rows, a 4-way
+// conflict the layout cannot avoid (each lane needs the dims of its rows g).
+struct KvFp8 {
+  static constexpr KvDtype kDtype = KvDtype::kFp8E4m3;
+  static constexpr int kRowBytes = kRowElems;
+  static constexpr int kPageBytes = kPageTokens * kRowBytes;
+  static_assert(kPageBytes == 4096, "16 tokens x [K | V] of 128 e4m3");
+
+  __device__ __forceinline__ static int chunk_dim(int g, int h) { return 16 * g + 8 * h; }
+  __device__ __forceinline__ static int o_tile_dim(int j, int g) { return 16 * g + 2 * j; }
+  // Lane (g, t) stores dims 16g + 2j of heads 2t, 2t + 1: bits 1-3 of the dim
+  // take g >> 1 and t & 1, so a warp's stores of one j fill all 32 banks.
+  __device__ __forceinline__ static int buf_swizzle(int h, int d) {
+    return (((d >> 5) & 3) << 2) | (((h >> 1) & 1) << 1);
+  }
+
+  __device__ __forceinline__ static void load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4];
+      ptx::ld_global_u32x4(q_row + 32 * t + 8 * i, w);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
+    }
+  }
+
+  // Four e4m3 (dims d .. d + 3) -> bf16 pairs (d, d + 1) and (d + 2, d + 3).
+  __device__ __forceinline__ static void to_bf16(uint32_t x, uint32_t& lo, uint32_t& hi) {
+    const uint32_t h01 = ptx::cvt_f16x2_e4m3x2(static_cast<uint16_t>(x & 0xffffu));
+    const uint32_t h23 = ptx::cvt_f16x2_e4m3x2(static_cast<uint16_t>(x >> 16));
+    lo = ptx::pack_bf16x2(ptx::cvt_f32_f16(h01 & 0xffffu), ptx::cvt_f32_f16(h01 >> 16));
+    hi = ptx::pack_bf16x2(ptx::cvt_f32_f16(h23 & 0xffffu), ptx::cvt_f32_f16(h23 >> 16));
+  }
+
+  __device__ __forceinline__ static void load_page(uint32_t slot, int page, int start_tok,
+                                                   int seq_len, int g, int t, uint32_t (&k)[32],
+                                                   uint32_t (&v)[32]) {
+    const bool k_swap = g & 1;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t row = slot + (g + 8 * r) * kRowBytes + 32 * t;
+      uint32_t a[4], b[4];  // dims 32t .. +15 and 32t + 16 .. +31 (swapped for odd g)
+      ptx::ld_shared_u32x4(row + (k_swap ? 16 : 0), a);
+      ptx::ld_shared_u32x4(row + (k_swap ? 0 : 16), b);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        to_bf16(k_swap ? b[j] : a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
+        to_bf16(k_swap ? a[j] : b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
+      }
+    }
+    const uint32_t v_row0 = slot + kHeadDim + 2 * t * kRowBytes + 16 * g;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      uint32_t a[4];  // dims 16g .. 16g + 15 of token 2t + (r & 1) + 8(r >> 1)
+      ptx::ld_shared_u32x4(v_row0 + ((r & 1) + 8 * (r >> 1)) * kRowBytes, a);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) to_bf16(a[w], v[8 * r + 2 * w], v[8 * r + 2 * w + 1]);
+    }
+    mask_v_rows(v, page, start_tok, seq_len, t);
+  }
+};
+
+// One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
+// `scale_log2` is the softmax scale x log2(e) (x k_scale for an fp8 cache).
+__device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint32_t (&v)[32],
+                                            const uint32_t (&q)[16], int page, int start_tok,
+                                            int seq_len, float scale_log2, int g, int t,
+                                            WarpState& st) {
+  // S^T[token][head]: k-step c multiplies q[2c], q[2c + 1] with k[2c], k[2c + 1]
+  // (token g) and k[16 + 2c], k[16 + 2c + 1] (token g + 8). Two accumulators
+  // break the dependency chain of the 8 MMAs.
+  float sa[4] = {0.f, 0.f, 0.f, 0.f};
+  float sb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const uint32_t a[4] = {k[2 * c], k[16 + 2 * c], k[2 * c + 1], k[16 + 2 * c + 1]};
+    ptx::mma_m16n8k16_bf16_f32(c % 2 == 0 ? sa : sb, a, q[2 * c], q[2 * c + 1]);
+  }
+  // s[0], s[1]: token g, heads 2t, 2t+1; s[2], s[3]: token g + 8.
+  float s[4] = {sa[0] + sb[0], sa[1] + sb[1], sa[2] + sb[2], sa[3] + sb[3]};
+  const int pos = page * kPageTokens + g;
+  if (pos < start_tok || pos >= seq_len) s[0] = s[1] = neg_inf();
+  if (pos + 8 < start_tok || pos + 8 >= seq_len) s[2] = s[3] = neg_inf();
+
+  // Every page holds at least one attended token, so the new max is finite.
+  float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    mx[0] = fmaxf(mx[0], __shfl_xor_sync(kFullMask, mx[0], off));
+    mx[1] = fmaxf(mx[1], __shfl_xor_sync(kFullMask, mx[1], off));
+  }
+  float alpha[2], p[4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(st.m[h], mx[h]);
+    const float m_scaled = m_new * scale_log2;
+    alpha[h] = ptx::ex2(fmaf(st.m[h], scale_log2, -m_scaled));
+    p[h] = ptx::ex2(fmaf(s[h], scale_log2, -m_scaled));
+    p[h + 2] = ptx::ex2(fmaf(s[h + 2], scale_log2, -m_scaled));
+    st.m[h] = m_new;
+    st.l[h] = st.l[h] * alpha[h] + (p[h] + p[h + 2]);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    st.o[4 * j] *= alpha[0];
+    st.o[4 * j + 1] *= alpha[1];
+    st.o[4 * j + 2] *= alpha[0];
+    st.o[4 * j + 3] *= alpha[1];
+  }
+
+  // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][head g],
+  // held by lanes 8t + g/2 (token 2t) and 8t + g/2 + 4 (token 2t+1), in the
+  // half g % 2 of their (head 2t', 2t'+1) pairs.
+  const uint32_t x = ptx::pack_bf16x2(p[0], p[1]);
+  const uint32_t y = ptx::pack_bf16x2(p[2], p[3]);
+  const int src = 8 * t + (g >> 1);
+  const uint32_t x0 = __shfl_sync(kFullMask, x, src), x1 = __shfl_sync(kFullMask, x, src + 4);
+  const uint32_t y0 = __shfl_sync(kFullMask, y, src), y1 = __shfl_sync(kFullMask, y, src + 4);
+  const uint32_t sel = (g & 1) ? 0x7632u : 0x5410u;
+  const uint32_t b0 = ptx::prmt(x0, x1, sel), b1 = ptx::prmt(y0, y1, sel);
+
+  // O^T[dim][head] += V^T P^T. m-tile j: rows g, g+8 are dims d0, d0+1 with
+  // d0 = o_tile_dim(j, g), i.e. the two halves of word j % 4 of V chunk j / 4;
+  // prmt pairs tokens (2t, 2t+1) and (2t+8, 2t+9) per dim.
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int hh = j / 4, wi = j % 4;
+    const uint32_t va = v[4 * hh + wi], vb = v[4 * (2 + hh) + wi];
+    const uint32_t vc = v[4 * (4 + hh) + wi], vd = v[4 * (6 + hh) + wi];
+    const uint32_t a[4] = {ptx::prmt(va, vb, 0x5410u), ptx::prmt(va, vb, 0x7632u),
+                           ptx::prmt(vc, vd, 0x5410u), ptx::prmt(vc, vd, 0x7632u)};
+    float(&acc)[4] = *reinterpret_cast<float(*)[4]>(&st.o[4 * j]);
+    ptx::mma_m16n8k16_bf16_f32(acc, a, b0, b1);
+  }
+}
+
+// ---- a warp's state as a partial in shared memory --------------------------------
+
+// (O, m, l) of the 8 heads of one kv head, unnormalized; O as [head][dim] with
+// the dims of each head permuted by the format's buf_swizzle (bank spread of
+// the stores; XOR with bits 1-3 keeps float2 pairs and at most swaps the
+// halves of a float4, see partial_o4).
+struct WarpPartial {
+  float o[kGqa][kHeadDim];
+  float m[kGqa];  // raw-logit max
+  float l[kGqa];  // row sum, relative to m
+};
+
+template <class Kv>
+__device__ __forceinline__ void store_partial(WarpPartial& buf, const WarpState& st, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int d0 = Kv::o_tile_dim(j, g);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int h = 2 * t + e;
+      ptx::st_shared_f32x2(ptx::smem_addr(&buf.o[h][d0 ^ Kv::buf_swizzle(h, d0)]), st.o[4 * j + e],
+                           st.o[4 * j + 2 + e]);
+    }
+  }
+  if (g == 0) {
+    buf.m[2 * t] = st.m[0];
+    buf.m[2 * t + 1] = st.m[1];
+    buf.l[2 * t] = st.l[0];
+    buf.l[2 * t + 1] = st.l[1];
+  }
+}
+
+// Dims d .. d + 3 (d % 4 == 0) of head h of a partial.
+template <class Kv>
+__device__ __forceinline__ float4 partial_o4(const WarpPartial& buf, int h, int d) {
+  const int x = Kv::buf_swizzle(h, d);
+  const float4 v = *reinterpret_cast<const float4*>(&buf.o[h][d ^ (x & ~3)]);
+  return (x & 2) ? make_float4(v.z, v.w, v.x, v.y) : v;
+}
+
+// Stores a warp's normalized O^T: lane (g, t) writes heads 2t, 2t+1 at dims d0,
+// d0 + 1 of m-tile j (d0 = o_tile_dim(j, g)), one bf16 pair each.
+template <class Kv>
+__device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t stride_h,
+                                               const float (&o)[32], float inv0, float inv1,
+                                               int g, int t) {
+  uint16_t* head0 = out_kv_head + (2 * t) * stride_h;
+  uint16_t* head1 = head0 + stride_h;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int d0 = Kv::o_tile_dim(j, g);
+    *reinterpret_cast<uint32_t*>(head0 + d0) = ptx::pack_bf16x2(o[4 * j] * inv0, o[4 * j + 2] * inv0);
+    *reinterpret_cast<uint32_t*>(head1 + d0) =
+        ptx::pack_bf16x2(o[4 * j + 1] * inv1, o[4 * j + 3] * inv1);
+  }
+}
+
+}  // namespace flint::detail

@@ -1,0 +1,527 @@
+// Paged decode attention, the work divided by pages on the device.
+//
+// The batch is one sequence of pages: segment (b, h) -- request b, kv head h --
+// holds the n_b attended pages of request b, segments in order b-major, so
+// (b, h) starts at page H P_b + h n_b with P_b = sum_{b' < b} n_b'. A persistent
+// grid of one wave (launch.cu) gives each warp an equal share of that
+// sequence, `per_warp` consecutive pages, and each CTA the kWarps shares of
+// its warps: the division depends only on the actual lengths, computed in
+// every CTA from seq_lens (a prefix sum) at every call, so a captured CUDA
+// graph stays balanced whatever the lengths.
+//
+// A warp streams its share as pieces (the part of one segment in its share)
+// through one ring of page slots that goes on from piece to piece. A segment
+// inside one warp's share is normalized and written by that warp. A segment
+// split over warps is merged in shared memory by the CTA, and written if it
+// lies inside the CTA; a segment split over CTAs goes through fp32 partials
+// in the workspace: the last CTA to arrive merges them. More than
+// kMaxFanIn partials are merged in two levels, groups of ~sqrt(F), so that no
+// CTA reads more than ~sqrt(F) partials in a row.
+#pragma once
+
+#include <cstdint>
+
+#include "decode_attention/common.cuh"
+#include "decode_attention/kernels/registry.h"
+#include "decode_attention/fragments.cuh"
+#include "decode_attention/page_ring.cuh"
+#include "decode_attention/params.h"
+#include "ptx/griddepcontrol.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/memory.cuh"
+
+namespace flint {
+
+namespace detail {
+
+// A warp's piece that it could not finish alone: which segment, where that
+// segment lies in the batch's pages, and what finishing it needs (so that the
+// merges read no global memory before their loads of partials).
+struct PieceRecord {
+  int b, h, n;         // segment (b, h) of n pages; b < 0: no record
+  int64_t seg_begin;   // its first page in the batch's sequence of pages
+  float scale_log2;    // softmax scale x log2(e) (x k_scale)
+  float v_scale;
+  float sink_log2[kGqa];  // sinks x log2(e)
+};
+
+// Where warp w of this CTA starts: request b, with pages_before = P_b.
+struct WarpStart {
+  int b;
+  int64_t pages_before;
+};
+
+template <class Kv, int kWarps, int kStages>
+struct BalancedSmem {
+  WarpRing<Kv, kStages> ring[kWarps];
+  WarpPartial first[kWarps];  // a warp's first piece, when split and not its last
+  ptx::Mbarrier bars[kWarps][kStages];
+  PieceRecord pieces[kWarps][2];  // [w][0]: the partial in first[w]; [w][1]: in ring[w].last
+  WarpStart starts[kWarps];
+  int64_t warp_sums[kWarps];  // scan scratch
+  int last_arrival[2];        // this CTA arrived last at the merge of its first / last segment
+};
+
+// The pages of a segment, found from a page index x of the batch's sequence.
+struct Piece {
+  int b, h;
+  int off, count;  // pages off .. off + count - 1 of the segment; count 0: no piece
+  SeqExtent e;     // request b's attended span (e.num_pages = n_b)
+  int64_t seg_begin;
+};
+
+// Partials of the cross-CTA merges: CTA c writes its part of the segment that
+// starts in it (and continues past it) at slot 2c + 1, its part of a segment
+// that began before it at slot 2c, so every slot has one writer. Level-1
+// partials in rows [0, 2 grid), level-2 (group) partials in [2 grid, 4 grid);
+// arrival counters likewise: groups' at [0, 2 grid), segments' at [2 grid, 4 grid).
+__device__ __forceinline__ int partial_slot(int cta, int first_cta) {
+  return 2 * cta + (cta == first_cta ? 1 : 0);
+}
+
+// A merge reads at most kMaxFanIn partials in one level: up to three rounds
+// of loads (kChunk in flight each) cost less than a second level's arrival
+// and store (an L2 round trip each); past that, groups of ceil(sqrt(F)).
+template <int E>
+struct MergeShape {
+  static constexpr int kChunk = 64 / E;  // partials in flight per thread (64 floats of O)
+  static constexpr int kMaxFanIn = 3 * kChunk;
+};
+
+__device__ __forceinline__ int ceil_sqrt(int f) {
+  int r = static_cast<int>(ceilf(sqrtf(static_cast<float>(f))));
+  while (r * r < f) ++r;
+  while (r > 1 && (r - 1) * (r - 1) >= f) --r;
+  return r;
+}
+
+// Sum over the CTA of one value per thread (int64); every thread gets it.
+template <int kWarps>
+__device__ __forceinline__ int64_t cta_sum(int64_t v, int64_t* warp_sums, int warp, int lane) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  int64_t total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += warp_sums[w];
+  __syncthreads();  // warp_sums is reused
+  return total;
+}
+
+// Merges `count` fp32 partials of one segment from the workspace (slot i at
+// row row0 + slot_of(i)) into (o, m, l) of head eh, dims [ed, ed + E): kChunk
+// partials in flight per thread, each thread loading the (m, l) of its own
+// head with the O it weighs, one round of loads per chunk (the running max
+// rescales what the earlier chunks summed). Read with ld.global.cg (L2): the
+// partials are other CTAs' stores.
+template <int E, class SlotOf>
+__device__ __forceinline__ void merge_global(const DecodeParams& p, int64_t row0, int count,
+                                             SlotOf slot_of, int eh, int ed, float scale_log2,
+                                             float (&o)[E], float& m, float& l) {
+  constexpr int kChunk = MergeShape<E>::kChunk;
+  m = neg_inf();
+  l = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) o[e] = 0.f;
+  for (int i0 = 0; i0 < count; i0 += kChunk) {
+    float4 v[kChunk][E / 4];
+    float mv[kChunk], lv[kChunk];
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      const bool in = i0 + c < count;  // past the last: weighs 0
+      const int64_t row = row0 + (in ? slot_of(i0 + c) : 0);
+      const float* ml = p.part_ml + row * 2 * kGqa + eh;
+      const float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+      mv[c] = in ? ptx::ld_global_cg_f32(ml) : neg_inf();
+      lv[c] = in ? ptx::ld_global_cg_f32(ml + kGqa) : 0.f;
+#pragma unroll
+      for (int i = 0; i < E / 4; ++i)
+        v[c][i] = in ? ptx::ld_global_cg_f32x4(po + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float m_new = m;
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) m_new = fmaxf(m_new, mv[c]);
+    const float m_scaled = m_new * scale_log2;
+    const float corr = rescale(m, scale_log2, m_scaled);
+    l *= corr;
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] *= corr;
+#pragma unroll
+    for (int c = 0; c < kChunk; ++c) {
+      const float w = rescale(mv[c], scale_log2, m_scaled);
+      l += w * lv[c];
+#pragma unroll
+      for (int i = 0; i < E / 4; ++i) {
+        o[4 * i] += w * v[c][i].x;
+        o[4 * i + 1] += w * v[c][i].y;
+        o[4 * i + 2] += w * v[c][i].z;
+        o[4 * i + 3] += w * v[c][i].w;
+      }
+    }
+    m = m_new;
+  }
+}
+
+// Writes (o, m, l) of head eh, dims [ed, ed + E) as workspace partial `row`.
+template <int E>
+__device__ __forceinline__ void store_global_partial(const DecodeParams& p, int64_t row,
+                                                     const float (&o)[E], float m, float l, int eh,
+                                                     int ed) {
+  float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+#pragma unroll
+  for (int e = 0; e < E; e += 4)
+    ptx::st_global_u32x4(po + e, __float_as_uint(o[e]), __float_as_uint(o[e + 1]),
+                         __float_as_uint(o[e + 2]), __float_as_uint(o[e + 3]));
+  if (ed == 0) {
+    p.part_ml[row * 2 * kGqa + eh] = m;
+    p.part_ml[row * 2 * kGqa + kGqa + eh] = l;
+  }
+}
+
+// out = v_scale O / (l + 2^(sink log2(e) - m c)) for head eh of segment r.
+template <int E>
+__device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord& r,
+                                       const float (&o)[E], float m, float l, int eh, int ed) {
+  uint16_t* row = p.out + r.b * p.out_stride_b + (r.h * kGqa + eh) * p.out_stride_h;
+  store_out<E>(row + ed, o, r.v_scale / (l + ptx::ex2(r.sink_log2[eh] - m * r.scale_log2)));
+}
+
+}  // namespace detail
+
+template <class Kv, int kWarps, int kStages>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    decode_attention_balanced_kernel(const __grid_constant__ DecodeParams p) {
+  using namespace detail;
+  using Smem = BalancedSmem<Kv, kWarps, kStages>;
+  constexpr int kThreads = 32 * kWarps;
+  // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
+  constexpr int E = kGqa * kHeadDim / kThreads;
+  constexpr int kThreadsPerHead = kHeadDim / E;
+  static_assert(E == 4 || E == 8, "4 or 8 warps");
+
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
+  const int H = p.num_kv_heads;
+  const int cta = blockIdx.x, grid = gridDim.x;
+
+  // ---- the division: every CTA computes it from seq_lens -----------------
+  // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
+  // are written by host-to-device copies ahead of the forward, never by the
+  // kernel this one overlaps with (README, programmatic dependent launch).
+  int64_t my_pages = 0;
+  for (int b = tid; b < p.batch; b += kThreads) my_pages += seq_extent(p, p.seq_lens[b]).num_pages;
+  const Division div = divide_pages(cta_sum<kWarps>(my_pages, sm.warp_sums, warp, lane) * H, grid,
+                                    kWarps);
+  const int64_t total = div.total, per_warp = div.per_warp, cta_pages = div.cta_pages;
+  const int64_t cta_begin = min(cta * cta_pages, total), cta_end = min(cta_begin + cta_pages, total);
+
+  // Each warp's first request: the one whose segments hold page
+  // cta_begin + w per_warp, from an exclusive prefix sum over the requests,
+  // a block of requests at a time (stopping once past this CTA's pages).
+  if (lane == 0) {
+    sm.pieces[warp][0].b = sm.pieces[warp][1].b = -1;
+    sm.starts[warp].b = -1;
+  }
+  int64_t before = 0;  // pages of the requests ahead of this block of them
+  for (int base = 0; cta_begin < cta_end && base < p.batch && before * H < cta_end;
+       base += kThreads) {
+    const int b = base + tid;
+    const int64_t n = b < p.batch ? seq_extent(p, p.seq_lens[b]).num_pages : 0;
+    int64_t incl = n;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int64_t x = __shfl_up_sync(kFullMask, incl, off);
+      if (lane >= off) incl += x;
+    }
+    if (lane == 31) sm.warp_sums[warp] = incl;
+    __syncthreads();
+    int64_t ahead = before, block_total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      ahead += w < warp ? sm.warp_sums[w] : 0;
+      block_total += sm.warp_sums[w];
+    }
+    const int64_t excl = ahead + incl - n;
+    if (n > 0) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const int64_t x = cta_begin + w * per_warp;
+        if (x < cta_end && x >= H * excl && x < H * (excl + n)) sm.starts[w] = {b, excl};
+      }
+    }
+    before += block_total;
+    __syncthreads();  // warp_sums is reused
+  }
+  __syncthreads();
+
+  // ---- this warp's share: pieces of segments -------------------------------
+  const int64_t x0 = cta_begin + warp * per_warp, x1 = min(x0 + per_warp, cta_end);
+  const uint8_t* kv = static_cast<const uint8_t*>(p.kv_cache);
+  constexpr int kElem = Kv::kDtype == KvDtype::kBf16 ? 2 : 1;
+  const int64_t stride_block = p.kv_stride_block * kElem, stride_head = p.kv_stride_head * kElem;
+  auto span_of = [&](const Piece& c, int ring_base) {
+    return PieceSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
+                     kv + c.h * stride_head, stride_block, p.num_blocks,
+                     c.e.start_page + c.off, c.count, ring_base};
+  };
+  // The piece after `c` in this share, if any: the next segment (the next
+  // kv head, or the next request with pages).
+  auto next_piece = [&](const Piece& c) {
+    Piece n = c;
+    n.off = 0;
+    n.count = 0;
+    const int64_t x = c.seg_begin + c.off + c.count;
+    if (x >= x1) return n;
+    n.seg_begin = c.seg_begin + c.e.num_pages;
+    if (++n.h == H) {
+      n.h = 0;
+      do {
+        ++n.b;
+        n.e = seq_extent(p, p.seq_lens[n.b]);
+      } while (n.e.num_pages <= 0 && n.b + 1 < p.batch);
+    }
+    n.count = static_cast<int>(min(int64_t(n.e.num_pages), x1 - x));
+    return n;
+  };
+  Piece cur{};
+  if (x0 < x1) {
+    const WarpStart s = sm.starts[warp];
+    cur.b = s.b;
+    cur.e = seq_extent(p, p.seq_lens[s.b]);
+    const int64_t into = x0 - H * s.pages_before;
+    cur.h = static_cast<int>(into / cur.e.num_pages);
+    cur.off = static_cast<int>(into % cur.e.num_pages);
+    cur.seg_begin = x0 - cur.off;
+    cur.count = static_cast<int>(min(int64_t(cur.e.num_pages - cur.off), x1 - x0));
+  }
+
+  const Ring<Kv, kStages> ring{sm.ring[warp], sm.bars[warp]};
+  ring.init(lane);
+  PieceSpan span = span_of(cur, 0);
+  int bt_cur = span.block_at(lane), bt_next = span.block_at(lane + 32);
+  const int current_page = (cur.e.seq_len - 1) / kPageTokens;
+
+  // ---- prefetch, wait on the previous kernel --------------------------------
+  // Only the page holding the current token (its K/V is the previous kernel's
+  // write), q and out depend on the previous kernel: the other leading pages
+  // go out before the wait.
+  issue_leading(ring, span, bt_cur, current_page, false, lane);
+  ptx::grid_dependency_wait();
+  // A PDL-launched successor may start once every CTA is past its wait: its
+  // prologue overlaps this call's stream where an SM has room.
+  ptx::launch_dependents();
+  issue_leading(ring, span, bt_cur, current_page, true, lane);
+
+  // seq_len-0 requests have no pages: CTA c zeroes requests c, c + grid, ...
+  for (int b = cta; b < p.batch; b += grid) {
+    if (seq_extent(p, p.seq_lens[b]).num_pages > 0) continue;
+    uint16_t* row0 = p.out + b * p.out_stride_b;
+    for (int i = tid; i < H * kGqa * (kHeadDim / 8); i += kThreads)
+      ptx::st_global_u32x4(row0 + (i / (kHeadDim / 8)) * p.out_stride_h + (i % (kHeadDim / 8)) * 8,
+                           0u, 0u, 0u, 0u);
+  }
+
+  // ---- stream the pieces ---------------------------------------------------
+  // Refill after the wait where every warp has more pages than ring slots:
+  // the grid's warps with one page each in flight already hold what the HBM
+  // queue needs, and a shorter queue lowers every page's latency; shorter
+  // shares put all their pages in flight at once.
+  const bool refill_after_wait = per_warp > kStages;
+  while (cur.count > 0) {
+    const Piece nxt = next_piece(cur);
+    // The slots this piece frees last take the next piece's leading pages
+    // (when it has at least kStages - 1 pages: else those go out after it).
+    const bool chain = nxt.count > 0 && cur.count >= kStages - 1;
+    PieceSpan nspan = span_of(nxt, span.ring_base + cur.count);
+    const int nxt_bt = chain ? nspan.block_at(lane) : 0;
+    if (!chain) nspan.count = 0;
+
+    // Per segment: the softmax scale (with k_scale), v_scale and the sinks of
+    // this lane's heads 2t, 2t + 1.
+    const float k_scale = p.k_scale ? p.k_scale[p.k_scale_stride * cur.h] : 1.f;
+    const float v_scale = p.v_scale ? p.v_scale[p.v_scale_stride * cur.h] : 1.f;
+    const float scale_log2 = p.scale_log2 * k_scale;
+    const float sink0 = p.sinks[cur.h * kGqa + 2 * t] * kLog2eF;
+    const float sink1 = p.sinks[cur.h * kGqa + 2 * t + 1] * kLog2eF;
+    uint32_t q[16];
+    Kv::load_q(p.q + cur.b * p.q_stride_b + (cur.h * kGqa + g) * p.q_stride_h, t, q);
+
+    WarpState st;
+    stream_piece(ring, span, bt_cur, bt_next, nspan, nxt_bt, q, cur.e.start_tok, cur.e.seq_len,
+                 scale_log2, g, t, lane, refill_after_wait, st);
+
+    if (cur.off == 0 && cur.count == cur.e.num_pages) {
+      // ---- a whole segment: normalize with the sink term and store --------
+      const float inv0 = v_scale / (st.l[0] + ptx::ex2(sink0 - st.m[0] * scale_log2));
+      const float inv1 = v_scale / (st.l[1] + ptx::ex2(sink1 - st.m[1] * scale_log2));
+      store_warp_out<Kv>(p.out + cur.b * p.out_stride_b + cur.h * kGqa * p.out_stride_h,
+                         p.out_stride_h, st.o, inv0, inv1, g, t);
+    } else {
+      // ---- part of a segment: a partial for the CTA merge -----------------
+      // The warp's last piece goes to its ring, free now (every page it
+      // issued has been consumed); a first piece that is not the last, to
+      // first[warp].
+      const bool last = nxt.count == 0;
+      __syncwarp();  // every lane is done reading the ring
+      store_partial<Kv>(last ? sm.ring[warp].last : sm.first[warp], st, g, t);
+      PieceRecord& r = sm.pieces[warp][last ? 1 : 0];
+      if (lane == 0) {
+        r.b = cur.b;
+        r.h = cur.h;
+        r.n = cur.e.num_pages;
+        r.seg_begin = cur.seg_begin;
+        r.scale_log2 = scale_log2;
+        r.v_scale = v_scale;
+      }
+      if (g == 0) {
+        r.sink_log2[2 * t] = sink0;
+        r.sink_log2[2 * t + 1] = sink1;
+      }
+    }
+
+    span = nspan;
+    span.count = nxt.count;
+    cur = nxt;
+    if (cur.count > 0) {
+      bt_cur = chain ? nxt_bt : span.block_at(lane);
+      bt_next = span.block_at(lane + 32);
+      if (!chain) {
+        // Past the wait: the current token's page may go out too. NOTE: the
+        // slots it refills held the last pages just consumed; __syncwarp
+        // orders every lane's reads of them first.
+        __syncwarp();
+        issue_leading(ring, span, bt_cur, -1, false, lane);
+      }
+    }
+  }
+
+  // ---- merge the pieces split over this CTA's warps ------------------------
+  // Slot i = (warp i / 2, first / last) in order; the slots of one segment
+  // are consecutive (empty ones between them aside). A segment inside the
+  // CTA is finished here; one that crosses a CTA boundary (at most the
+  // first and the last) becomes a workspace partial.
+  __syncthreads();
+  auto record = [&](int i) -> const PieceRecord& { return sm.pieces[i / 2][i % 2]; };
+  auto partial = [&](int i) -> const WarpPartial& {
+    return i % 2 ? sm.ring[i / 2].last : sm.first[i / 2];
+  };
+  // The slots holding this CTA's first / last segment when it crosses a CTA
+  // boundary (-1: it does not). Scalars, not an array: registers.
+  int cross_first = -1, cross_last = -1;
+  for (int i = 0; i < 2 * kWarps;) {
+    if (record(i).b < 0) {
+      ++i;
+      continue;
+    }
+    const PieceRecord& r = record(i);
+    int end = i + 1;
+    while (end < 2 * kWarps &&
+           (record(end).b < 0 || (record(end).b == r.b && record(end).h == r.h)))
+      ++end;
+    float m = neg_inf();
+    for (int j = i; j < end; ++j)
+      if (record(j).b >= 0) m = fmaxf(m, partial(j).m[eh]);
+    const float m_scaled = m * r.scale_log2;
+    float l = 0.f, o[E] = {};
+    for (int j = i; j < end; ++j) {
+      if (record(j).b < 0) continue;
+      const WarpPartial& w = partial(j);
+      const float corr = rescale(w.m[eh], r.scale_log2, m_scaled);
+      l += corr * w.l[eh];
+#pragma unroll
+      for (int e = 0; e < E; e += 4) {
+        const float4 x = partial_o4<Kv>(w, eh, ed + e);
+        o[e] += corr * x.x;
+        o[e + 1] += corr * x.y;
+        o[e + 2] += corr * x.z;
+        o[e + 3] += corr * x.w;
+      }
+    }
+    const bool starts_here = r.seg_begin >= cta_begin;
+    if (starts_here && r.seg_begin + r.n <= cta_end) {
+      finish<E>(p, r, o, m, l, eh, ed);
+    } else {
+      store_global_partial<E>(p, partial_slot(cta, starts_here ? cta : -1), o, m, l, eh, ed);
+      (starts_here ? cross_last : cross_first) = i;
+    }
+    i = end;
+  }
+  if (cross_first < 0 && cross_last < 0) return;
+
+  // ---- merge the segments split over CTAs ------------------------------------
+  // NOTE: __syncthreads orders every thread's partial stores before the
+  // arriving thread's release (atom.acq_rel.gpu); after the next one, its
+  // acquire orders the merging threads' loads (ld.global.cg, never a stale L1
+  // line) after the other CTAs' stores.
+  auto first_cta = [&](const PieceRecord& r) { return static_cast<int>(r.seg_begin / cta_pages); };
+  auto num_ctas = [&](const PieceRecord& r) {
+    return static_cast<int>((r.seg_begin + r.n - 1) / cta_pages) - first_cta(r) + 1;
+  };
+  // The arrival counter this CTA counts at for segment r (level 1: its group's).
+  auto counter = [&](const PieceRecord& r, int& arrivals) {
+    const int c0 = first_cta(r), f = num_ctas(r);
+    if (f <= MergeShape<E>::kMaxFanIn) {
+      arrivals = f;
+      return p.counters + 2 * grid + partial_slot(c0, c0);
+    }
+    const int group = ceil_sqrt(f), leader = c0 + (cta - c0) / group * group;
+    arrivals = min(group, c0 + f - leader);
+    return p.counters + partial_slot(leader, c0);
+  };
+  __syncthreads();
+  const int mine = warp == 0 ? cross_first : cross_last;
+  if (lane == 0 && warp < 2 && mine >= 0) {
+    int arrivals = 0;
+    int* c = counter(record(mine), arrivals);
+    const bool last = ptx::atomic_add_acq_rel_gpu(c, 1) == arrivals - 1;
+    if (last) ptx::st_relaxed_gpu(c, 0);  // resets itself for the next launch
+    sm.last_arrival[warp] = last;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int slot = k == 0 ? cross_first : cross_last;
+    if (slot < 0 || !sm.last_arrival[k]) continue;
+    const PieceRecord& r = record(slot);
+    const int c0 = first_cta(r), f = num_ctas(r);
+    float o[E], m, l;
+    if (f <= MergeShape<E>::kMaxFanIn) {
+      merge_global<E>(p, 0, f, [&](int i) { return partial_slot(c0 + i, c0); }, eh, ed,
+                      r.scale_log2, o, m, l);
+      finish<E>(p, r, o, m, l, eh, ed);
+      continue;
+    }
+    // Level 1 done by this group's last CTA: its group's partial, then the
+    // segment's arrival over the groups.
+    const int group = ceil_sqrt(f), leader = c0 + (cta - c0) / group * group;
+    const int groups = (f + group - 1) / group;
+    merge_global<E>(p, 0, min(group, c0 + f - leader),
+                    [&](int i) { return partial_slot(leader + i, c0); }, eh, ed, r.scale_log2, o,
+                    m, l);
+    store_global_partial<E>(p, 2 * grid + partial_slot(leader, c0), o, m, l, eh, ed);
+    __syncthreads();
+    if (tid == 0) {
+      int* c = p.counters + 2 * grid + partial_slot(c0, c0);
+      const bool last = ptx::atomic_add_acq_rel_gpu(c, 1) == groups - 1;
+      if (last) ptx::st_relaxed_gpu(c, 0);
+      sm.last_arrival[k] = last;
+    }
+    __syncthreads();
+    if (!sm.last_arrival[k]) continue;
+    merge_global<E>(p, 2 * grid, groups, [&](int i) { return partial_slot(c0 + i * group, c0); },
+                    eh, ed, r.scale_log2, o, m, l);
+    finish<E>(p, r, o, m, l, eh, ed);
+  }
+}
+
+template <class Kv, int kWarps, int kStages>
+KernelEntry balanced_entry() {
+  return {reinterpret_cast<const void*>(&decode_attention_balanced_kernel<Kv, kWarps, kStages>),
+          static_cast<int>(sizeof(detail::BalancedSmem<Kv, kWarps, kStages>))};
+}
+
+}  // namespace flint

@@ -1,0 +1,27 @@
+// The compiled kernels: one explicit instantiation per file of this folder, so
+// that they compile in parallel; launch_plan.cpp holds the table of them.
+#pragma once
+
+namespace flint {
+
+// A kernel's host stub (for cudaLaunchKernelExC) and its shared memory.
+struct KernelEntry {
+  const void* fn;
+  int smem_bytes;
+};
+
+KernelEntry balanced_bf16_w8_s2();
+KernelEntry balanced_bf16_w4_s2();
+KernelEntry balanced_fp8_w8_s4();
+KernelEntry balanced_fp8_w8_s2();
+
+// The kernels before the balanced one, for A/B measurements (bf16 only).
+KernelEntry split_w4_s2();
+KernelEntry split_w4_s3();
+KernelEntry split_w8_s2();
+KernelEntry split_w9_s2();
+KernelEntry cluster4_w4_s2();
+KernelEntry cluster8_w4_s2();
+KernelEntry warp_per_head_w4_s3();
+
+}  // namespace flint

@@ -1,0 +1,8 @@
+#include "decode_attention/kernel.cuh"
+#include "decode_attention/kernels/registry.h"
+
+namespace flint {
+
+KernelEntry split_w4_s3() { return split_entry<4, 3, 0>(); }
+
+}  // namespace flint

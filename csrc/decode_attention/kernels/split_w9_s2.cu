@@ -1,0 +1,8 @@
+#include "decode_attention/kernel.cuh"
+#include "decode_attention/kernels/registry.h"
+
+namespace flint {
+
+KernelEntry split_w9_s2() { return split_entry<9, 2, 0>(); }
+
+}  // namespace flint

@@ -1,0 +1,250 @@
+#include "decode_attention/launch_plan.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "decode_attention/kernels/registry.h"
+
+namespace flint {
+namespace {
+
+// The compiled variants: what a plan names, and the kernel that runs it.
+struct Variant {
+  KernelKind kind;
+  KvDtype kv;
+  int warps, stages;
+  int cluster;  // kCluster: the cluster's size (the plan's splits)
+  KernelEntry (*entry)();
+};
+
+constexpr Variant kVariants[] = {
+    {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
+    {KernelKind::kBalanced, KvDtype::kBf16, 4, 2, 0, balanced_bf16_w4_s2},
+    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 4, 0, balanced_fp8_w8_s4},
+    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 2, 0, balanced_fp8_w8_s2},
+    {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_w4_s2},
+    {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_w4_s3},
+    {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_w8_s2},
+    {KernelKind::kSplit, KvDtype::kBf16, 9, 2, 0, split_w9_s2},
+    {KernelKind::kCluster, KvDtype::kBf16, 4, 2, 4, cluster4_w4_s2},
+    {KernelKind::kCluster, KvDtype::kBf16, 4, 2, 8, cluster8_w4_s2},
+    {KernelKind::kWarpPerHead, KvDtype::kBf16, 4, 3, 0, warp_per_head_w4_s3},
+};
+constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+
+const Variant* find_variant(const LaunchPlan& plan) {
+  for (const Variant& v : kVariants) {
+    if (v.kind == plan.kind && v.kv == plan.kv && v.warps == plan.warps &&
+        v.stages == plan.stages && (v.kind != KernelKind::kCluster || v.cluster == plan.splits))
+      return &v;
+  }
+  return nullptr;
+}
+
+// Devices whose per-kernel setup is cached (beyond: redone at every launch).
+constexpr int kMaxDevices = 64;
+
+// Per kernel and device, once: the opt-in to > 48 KB of dynamic shared
+// memory, and the CTAs the GPU holds at once.
+cudaError_t prepare(const Variant& v, int device, int smem_bytes, bool sliding, int* resident) {
+  static std::atomic<int> cache[kNumVariants][kMaxDevices][2] = {};
+  const int idx = static_cast<int>(&v - kVariants);
+  if (device < kMaxDevices) {
+    *resident = cache[idx][device][sliding].load(std::memory_order_relaxed);
+    if (*resident > 0) return cudaSuccess;
+  }
+  const KernelEntry k = v.entry();
+  int max_optin = 0, sms = 0, fit = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin);
+  if (err == cudaSuccess && v.cluster > 8)
+    err = cudaFuncSetAttribute(k.fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess)
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k.fn, 32 * v.warps, smem_bytes);
+  if (err != cudaSuccess) return err;
+  *resident = std::max(sms * std::max(fit, 1), 1);
+  if (device < kMaxDevices) cache[idx][device][sliding].store(*resident, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// Legacy split kernels without a window pad their shared memory so that at
+// most 8 / warps CTAs share an SM: with PDL the next grid's CTAs launch while
+// this one drains and would otherwise pile onto the first SMs to free up.
+constexpr int kSmemPerSm = 228 * 1024;
+int legacy_smem_bytes(const Variant& v, int smem_bytes, bool sliding) {
+  if (sliding || v.kind == KernelKind::kWarpPerHead || v.kind == KernelKind::kBalanced)
+    return smem_bytes;
+  const int ctas_per_sm = std::max(1, 8 / v.warps);
+  return std::max(smem_bytes, kSmemPerSm / (ctas_per_sm + 1) + 1);
+}
+
+std::string describe(const LaunchPlan& p) {
+  const char* kinds[] = {"balanced", "split", "cluster", "warp-per-head"};
+  return std::string(kinds[static_cast<int>(p.kind)]) +
+         (p.kv == KvDtype::kBf16 ? " bf16" : " fp8") + ", warps " + std::to_string(p.warps) +
+         ", stages " + std::to_string(p.stages) +
+         (p.kind == KernelKind::kCluster ? ", cluster of " + std::to_string(p.splits) : "");
+}
+
+}  // namespace
+
+// One kernel for every call: the pages are divided on the device, so nothing
+// here depends on the lengths. 8 warps of 2 slots (bf16) keep 8-16 pages of
+// 8 KB in flight per SM, what one SM's bulk-copy intake needs to reach its
+// share of HBM bandwidth; fp8 pages are half as large, so twice the slots.
+LaunchPlan plan_launch(int /*batch*/, int /*num_kv_heads*/, bool /*sliding*/, KvDtype kv,
+                       int /*num_sms*/) {
+  LaunchPlan plan;
+  plan.kind = KernelKind::kBalanced;
+  plan.kv = kv;
+  plan.warps = 8;
+  plan.stages = kv == KvDtype::kBf16 ? 2 : 4;
+  return plan;
+}
+
+// The previous heuristic (the evidence for each rule: docs/launch-plan-history.md).
+LaunchPlan legacy_plan(int batch, int num_kv_heads, bool sliding, int64_t max_tokens, int num_sms) {
+  const int num_bh = batch * num_kv_heads;
+  auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
+  LaunchPlan p;
+  auto set = [&](KernelKind kind, int splits, int warps, int stages, int min_pages, int refill) {
+    p.kind = kind;
+    p.splits = splits;
+    p.warps = warps;
+    p.stages = stages;
+    p.min_pages = min_pages;
+    p.refill_after_wait = refill;
+    return p;
+  };
+  if (sliding) {
+    if (batch <= 2) return set(KernelKind::kCluster, 4, 4, 2, 1, 0);
+    if (num_bh >= 3 * num_sms) return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, -1);
+    if (batch <= 16) return set(KernelKind::kSplit, 1, 4, 2, 2, 0);
+    return set(KernelKind::kSplit, 1, 4, batch <= 64 ? 3 : 2, 1, 0);
+  }
+  if (num_bh <= 8 && max_tokens <= 1024) return set(KernelKind::kCluster, 8, 4, 2, 1, 0);
+  if (num_bh <= 8) return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4, 2);
+  if (batch <= 2) return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 8, 2, 1, 1);
+  if (batch <= 4) return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 8, 2, 2, 1);
+  return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 4, 3, 2, 0);
+}
+
+std::string check_plan(const LaunchPlan& plan) {
+  if (find_variant(plan) == nullptr) {
+    std::string have;
+    for (int i = 0; i < kNumVariants; ++i) have += " (" + describe(variant_plan(i)) + ")";
+    return "no compiled kernel for " + describe(plan) + "; compiled:" + have;
+  }
+  if ((plan.kind == KernelKind::kSplit || plan.kind == KernelKind::kCluster) &&
+      (plan.splits < 1 || plan.min_pages < 1))
+    return "a split plan needs splits >= 1 and min_pages >= 1, got " + std::to_string(plan.splits) +
+           " and " + std::to_string(plan.min_pages);
+  return {};
+}
+
+int num_variants() { return kNumVariants; }
+
+LaunchPlan variant_plan(int i) {
+  const Variant& v = kVariants[i];
+  LaunchPlan p;
+  p.kind = v.kind;
+  p.kv = v.kv;
+  p.warps = v.warps;
+  p.stages = v.stages;
+  p.splits = v.kind == KernelKind::kCluster ? v.cluster : v.kind == KernelKind::kSplit ? 4 : 0;
+  return p;
+}
+
+namespace {
+
+// The shape of a launch, and the CTAs of its kernel the GPU holds at once.
+cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, LaunchShape* shape,
+                     int* resident) {
+  const Variant& v = *find_variant(plan);
+  const bool sliding = p.window > 0;
+  const int smem = legacy_smem_bytes(v, v.entry().smem_bytes, sliding);
+  cudaError_t err = prepare(v, device, smem, sliding, resident);
+  if (err != cudaSuccess) return err;
+  const int64_t num_pairs = int64_t(p.batch) * p.num_kv_heads;
+  shape->block = dim3(32 * plan.warps);
+  shape->smem_bytes = smem;
+  switch (plan.kind) {
+    case KernelKind::kBalanced:
+      // Persistent: one wave; the kernel divides the pages among its warps.
+      shape->grid = dim3(*resident);
+      shape->partials = 4 * int64_t(*resident);
+      shape->counters = 4 * int64_t(*resident);
+      break;
+    case KernelKind::kWarpPerHead: {
+      const int64_t warp_slots = int64_t(*resident) * plan.warps;
+      const int64_t pairs_per_warp = (num_pairs + warp_slots - 1) / warp_slots;
+      shape->grid = dim3(ceil_div(num_pairs, plan.warps * pairs_per_warp));
+      shape->partials = shape->counters = 0;
+      break;
+    }
+    default:
+      shape->grid = dim3(plan.splits, p.num_kv_heads, p.batch);
+      shape->partials = plan.kind == KernelKind::kSplit ? num_pairs * plan.splits : 0;
+      shape->counters = num_pairs * 8;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t launch_shape(const DecodeParams& p, const LaunchPlan& plan, int device,
+                         LaunchShape* shape) {
+  int resident = 0;
+  return shape_of(p, plan, device, shape, &resident);
+}
+
+cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan& plan,
+                                    cudaStream_t stream) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  LaunchShape shape{};
+  int resident = 0;
+  if (err == cudaSuccess) err = shape_of(params, plan, device, &shape, &resident);
+  if (err != cudaSuccess) return err;
+  DecodeParams p = params;
+  if (plan.kind != KernelKind::kBalanced) {
+    const int num_pairs = p.batch * p.num_kv_heads;
+    p.min_pages = plan.min_pages;
+    p.refill_after_wait = plan.refill_after_wait;
+    // At most one wave of active splits; a cluster keeps every rank active.
+    p.max_active_splits = std::max(1, resident / std::max(num_pairs, 1));
+    if (plan.kind == KernelKind::kWarpPerHead && p.refill_after_wait < 0) {
+      const int64_t warp_slots = int64_t(resident) * plan.warps;
+      p.refill_after_wait = (num_pairs + warp_slots - 1) / warp_slots >= 2;
+    }
+  }
+  cudaLaunchConfig_t launch = {};
+  launch.gridDim = shape.grid;
+  launch.blockDim = shape.block;
+  launch.dynamicSmemBytes = shape.smem_bytes;
+  launch.stream = stream;
+  cudaLaunchAttribute attrs[2];
+  int n = 0;
+  if (plan.pdl) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (plan.kind == KernelKind::kCluster) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = plan.splits;
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  launch.attrs = attrs;
+  launch.numAttrs = n;
+  void* args[] = {&p};
+  return cudaLaunchKernelExC(&launch, find_variant(plan)->entry().fn, args);
+}
+
+}  // namespace flint

@@ -1,0 +1,65 @@
+// How decode_attention is launched, in one place: which compiled kernel, its
+// grid, block and shared memory, and every per-launch parameter. No torch
+// headers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "decode_attention/params.h"
+
+namespace flint {
+
+enum class KernelKind : int {
+  kBalanced = 0,     // kernel_balanced.cuh: pages divided on the device (every call's default)
+  kSplit = 1,        // legacy kernel.cuh, a fixed number of CTAs per (request, kv head)
+  kCluster = 2,      // legacy kernel.cuh, those CTAs merged in a thread-block cluster
+  kWarpPerHead = 3,  // legacy kernel_warp_per_head.cuh
+};
+
+// The compile-time variant and the launch-time choices of one launch.
+struct LaunchPlan {
+  KernelKind kind = KernelKind::kBalanced;
+  KvDtype kv = KvDtype::kBf16;
+  int warps = 8, stages = 2;
+  // Legacy kernels only: CTAs per (request, kv head) (the cluster's size with
+  // kCluster), the pages each warp of an active split gets at least, and the
+  // refill rule (0 before the wait, 1 after, 2 after unless late).
+  int splits = 0, min_pages = 1, refill_after_wait = 0;
+  bool pdl = true;  // programmatic dependent launch
+};
+
+// The plan for a call, from what a captured CUDA graph keeps fixed: the batch
+// size, kv heads, whether a window is set, the cache's dtype and the SM count
+// (never the lengths nor the block tables' width).
+LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms);
+
+// The heuristic of the kernels before the balanced one (reads the tables'
+// width): kept for A/B measurements only, bf16 only.
+LaunchPlan legacy_plan(int batch, int num_kv_heads, bool sliding, int64_t max_tokens, int num_sms);
+
+// Empty if `plan` names a compiled kernel and valid parameters, else why not
+// (with the list of compiled variants).
+std::string check_plan(const LaunchPlan& plan);
+
+// What a launch of `plan` for the call `p` looks like on `device`.
+struct LaunchShape {
+  dim3 grid, block;
+  int smem_bytes;
+  int64_t partials;  // workspace partials (rows of part_o / part_ml) it may use
+  int64_t counters;  // workspace arrival counters it may use
+};
+cudaError_t launch_shape(const DecodeParams& p, const LaunchPlan& plan, int device,
+                         LaunchShape* shape);
+
+// Launches `plan` (check_plan first) on `stream`, the workspace in p.
+cudaError_t launch_decode_attention(const DecodeParams& p, const LaunchPlan& plan,
+                                    cudaStream_t stream);
+
+// The compiled variants, for tests and tuning: plan i of num_variants().
+int num_variants();
+LaunchPlan variant_plan(int i);
+
+}  // namespace flint

@@ -1,0 +1,143 @@
+// A warp's private ring of page slots for the balanced kernel: bulk copies of
+// whole pages (16 tokens x [K | V]) complete on one mbarrier per slot, and the
+// warp streams runs of pages ("pieces") through the online softmax, the ring
+// going on from one piece to the next without draining.
+#pragma once
+
+#include <cstdint>
+
+#include "decode_attention/common.cuh"
+#include "decode_attention/fragments.cuh"
+#include "decode_attention/params.h"
+#include "ptx/bulk_copy.cuh"
+#include "ptx/mbarrier.cuh"
+
+namespace flint::detail {
+
+// One warp's shared memory: its page slots while it streams, then the
+// partial of its last piece (the ring is free once that piece is consumed).
+template <class Kv, int kStages>
+struct WarpRing {
+  static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
+  static_assert(sizeof(WarpPartial) <= kStages * Kv::kPageBytes, "the ring holds a partial");
+  union {
+    alignas(128) uint8_t slots[kStages][Kv::kPageBytes];
+    WarpPartial last;
+  };
+};
+
+// Ring position n (the n-th page this warp streams) uses slot n % kStages and
+// completes its barrier's phase with parity (n / kStages) & 1.
+template <class Kv, int kStages>
+struct Ring {
+  WarpRing<Kv, kStages>& mem;
+  ptx::Mbarrier* bars;  // [kStages]
+
+  __device__ __forceinline__ uint8_t* slot(int n) const { return mem.slots[n % kStages]; }
+  __device__ __forceinline__ ptx::Mbarrier& bar(int n) const { return bars[n % kStages]; }
+  __device__ __forceinline__ static uint32_t parity(int n) { return (n / kStages) & 1; }
+
+  // One expected arrival per slot: lane 0's expect_tx.
+  __device__ __forceinline__ void init(int lane) const {
+    if (lane == 0) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(bars[s], 1);
+      ptx::fence_mbarrier_init();
+    }
+    __syncwarp();
+  }
+};
+
+// A run of `count` pages of one (request, kv head): pages first_page + k, the
+// k-th at ring position ring_base + k.
+struct PieceSpan {
+  const int32_t* bt;       // block-table entry of page k = 0; page k at bt[k]
+  const uint8_t* kv_head;  // the cache at this kv head: + block x stride_block is a page
+  int64_t stride_block;    // bytes
+  int num_blocks;          // block ids are clamped to [0, num_blocks)
+  int first_page, count, ring_base;
+
+  __device__ __forceinline__ int block_at(int k) const {
+    return k < count ? min(max(bt[k], 0), num_blocks - 1) : 0;
+  }
+};
+
+template <class Kv, int kStages>
+__device__ __forceinline__ void issue_page(const Ring<Kv, kStages>& ring, const PieceSpan& s, int k,
+                                           int block, int lane) {
+  if (lane == 0) {
+    const int n = s.ring_base + k;
+    ptx::mbarrier_arrive_expect_tx(ring.bar(n), Kv::kPageBytes);
+    ptx::bulk_copy_g2s(ring.slot(n), s.kv_head + block * s.stride_block, Kv::kPageBytes,
+                       ring.bar(n));
+  }
+}
+
+// Issues the piece's leading kStages - 1 pages that hold (`current`) or do not
+// hold the page `current_page`. Lane i's `bt` is the block of page i.
+template <class Kv, int kStages>
+__device__ __forceinline__ void issue_leading(const Ring<Kv, kStages>& ring, const PieceSpan& s,
+                                              int bt, int current_page, bool current, int lane) {
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    const int block = __shfl_sync(kFullMask, bt, k);
+    if (k < s.count && (s.first_page + k == current_page) == current)
+      issue_page(ring, s, k, block, lane);
+  }
+}
+
+// Streams the piece `s` (its leading pages already issued) through the online
+// softmax into `st`, and returns with st.l summed over the warp's lanes. The
+// slots it frees last take the leading pages of `next` (count 0: none; needs
+// s.count >= kStages - 1, and lane i's next_bt the block of next's page i).
+// With refill_after_wait a slot is refilled only once the page the warp waits
+// for has landed: one page fewer in flight, a shorter queue at HBM where the
+// grid streams enough warps.
+template <class Kv, int kStages>
+__device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, const PieceSpan& s,
+                                             int bt_cur, int bt_next, const PieceSpan& next,
+                                             int next_bt, const uint32_t (&q)[16], int start_tok,
+                                             int seq_len, float scale_log2, int g, int t, int lane,
+                                             bool refill_after_wait, WarpState& st) {
+  st.m[0] = st.m[1] = neg_inf();
+  st.l[0] = st.l[1] = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
+
+  for (int k = 0; k < s.count; ++k) {
+    auto refill = [&] {
+      // Page k + kStages - 1 into the slot consumed in the previous iteration.
+      const int kn = k + kStages - 1;
+      if ((kn & 31) == 0) {
+        bt_cur = bt_next;
+        bt_next = s.block_at(kn + 32 + lane);
+      }
+      // NOTE: every lane's shared-memory reads of that slot (previous
+      // iteration) must be done before lane 0 hands it to the copy engine.
+      __syncwarp();
+      const int block = __shfl_sync(kFullMask, bt_cur, kn & 31);
+      if (kn < s.count) {
+        issue_page(ring, s, kn, block, lane);
+      } else {
+        const int j = kn - s.count;  // ring position s.ring_base + kn is next's page j
+        const int next_block = __shfl_sync(kFullMask, next_bt, j & 31);
+        if (j < kStages - 1 && j < next.count) issue_page(ring, next, j, next_block, lane);
+      }
+    };
+    const int n = s.ring_base + k;
+    if (!refill_after_wait) refill();
+    ptx::mbarrier_wait_parity(ring.bar(n), ring.parity(n));
+    if (refill_after_wait) refill();
+    const int page = s.first_page + k;
+    uint32_t kf[32], vf[32];
+    Kv::load_page(ptx::smem_addr(ring.slot(n)), page, start_tok, seq_len, g, t, kf, vf);
+    attend_page(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
+  }
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
+    st.l[1] += __shfl_xor_sync(kFullMask, st.l[1], off);
+  }
+}
+
+}  // namespace flint::detail

@@ -1,0 +1,145 @@
+// flint_attention._testing: test-only ops (torch.ops.flint_testing), a second
+// extension that tests and benchmarks load and the operator never does. It
+// links to flint_attention._C and drives its launch plans explicitly.
+//
+// A plan travels as int[8]: kind, kv dtype, warps, stages, splits, min_pages,
+// refill_after_wait, pdl (decode_attention/launch_plan.h;
+// python/flint_attention/testing/plans.py names them).
+#include <Python.h>
+
+#include <vector>
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "decode_attention/division.h"
+#include "decode_attention/launch_plan.h"
+#include "ops/decode_attention_cuda.h"
+#include "ops/params_from_tensors.h"
+
+namespace flint {
+namespace {
+
+constexpr int kPlanInts = 8;
+
+std::vector<int64_t> to_ints(const LaunchPlan& p) {
+  return {static_cast<int64_t>(p.kind), static_cast<int64_t>(p.kv), p.warps, p.stages, p.splits,
+          p.min_pages, p.refill_after_wait, p.pdl ? 1 : 0};
+}
+
+LaunchPlan from_ints(c10::IntArrayRef v) {
+  TORCH_CHECK(v.size() == kPlanInts, "flint_testing: a plan is ", kPlanInts, " ints, got ",
+              v.size());
+  TORCH_CHECK(v[0] >= 0 && v[0] <= 3 && (v[1] == 0 || v[1] == 1),
+              "flint_testing: plan kind must be 0..3 and kv dtype 0 or 1, got ", v);
+  LaunchPlan p;
+  p.kind = static_cast<KernelKind>(v[0]);
+  p.kv = static_cast<KvDtype>(v[1]);
+  p.warps = static_cast<int>(v[2]);
+  p.stages = static_cast<int>(v[3]);
+  p.splits = static_cast<int>(v[4]);
+  p.min_pages = static_cast<int>(v[5]);
+  p.refill_after_wait = static_cast<int>(v[6]);
+  p.pdl = v[7] != 0;
+  return p;
+}
+
+void decode_attention_with_plan(const at::Tensor& q, const at::Tensor& kv_cache,
+                                const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                                const at::Tensor& sinks, std::optional<int64_t> window,
+                                double scale, const at::Tensor& out,
+                                const std::optional<at::Tensor>& k_scale,
+                                const std::optional<at::Tensor>& v_scale,
+                                c10::IntArrayRef plan) {
+  const LaunchPlan p = from_ints(plan);
+  decode_attention_cuda_launch(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                               k_scale, v_scale, &p);
+}
+
+std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
+                                     std::optional<int64_t> window) {
+  return to_ints(default_plan(q, kv_cache, window));
+}
+
+std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
+                                    const at::Tensor& block_tables,
+                                    std::optional<int64_t> window) {
+  const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
+  return to_ints(legacy_plan(static_cast<int>(q.size(0)), static_cast<int>(kv_cache.size(1)),
+                             window.has_value(), block_tables.size(1) * kPageTokens, sms));
+}
+
+int64_t num_variants_op() { return num_variants(); }
+
+std::vector<int64_t> variant_op(int64_t i) {
+  TORCH_CHECK(i >= 0 && i < num_variants(), "flint_testing: variant ", i, " of ", num_variants());
+  return to_ints(variant_plan(static_cast<int>(i)));
+}
+
+// Where the pages of a call go under a balanced plan: [ctas, pages of the
+// busiest CTA, total pages], from the lengths (a CPU copy of seq_lens) and
+// the grid the plan launches on q's device.
+std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache,
+                                 const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                                 std::optional<int64_t> window, c10::IntArrayRef plan_ints) {
+  const LaunchPlan plan = from_ints(plan_ints);
+  TORCH_CHECK(plan.kind == KernelKind::kBalanced, "flint_testing.division: a balanced plan");
+  const c10::cuda::CUDAGuard guard(q.device());
+  DecodeParams p{};
+  p.batch = static_cast<int>(q.size(0));
+  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
+  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  LaunchShape shape{};
+  C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
+  const at::Tensor lens = seq_lens.to(at::kCPU).contiguous();
+  int64_t total = 0;
+  const int max_blocks = static_cast<int>(block_tables.size(1));
+  for (int64_t b = 0; b < lens.size(0); ++b)
+    total += seq_extent(lens.data_ptr<int32_t>()[b], p.window, max_blocks).num_pages;
+  total *= p.num_kv_heads;
+  const Division d = divide_pages(total, static_cast<int>(shape.grid.x), plan.warps);
+  return {shape.grid.x, std::min(d.cta_pages, total), total};
+}
+
+}  // namespace
+
+// Defined in pdl_writer.cu.
+void pdl_token_writer(const at::Tensor& src_q, const at::Tensor& q, const at::Tensor& src_kv,
+                      const at::Tensor& kv_cache, const at::Tensor& block, const at::Tensor& row,
+                      int64_t delay_ns);
+
+TORCH_LIBRARY(flint_testing, m) {
+  // A PDL-aware stand-in for a KV-cache writer right before decode_attention
+  // (pdl_writer.cu, tests/test_pdl_cluster.py).
+  m.def("pdl_token_writer(Tensor src_q, Tensor(a!) q, Tensor src_kv, Tensor(b!) kv_cache, "
+        "Tensor block, Tensor row, int delay_ns) -> ()");
+  // decode_attention launched with an explicit plan (A/B runs, variant tests).
+  m.def("decode_attention_with_plan(Tensor q, Tensor kv_cache, Tensor block_tables, "
+        "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out, "
+        "Tensor? k_scale, Tensor? v_scale, int[] plan) -> ()");
+  m.def("default_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
+  m.def("legacy_plan(Tensor q, Tensor kv_cache, Tensor block_tables, int? window) -> int[]");
+  m.def("num_variants() -> int", &num_variants_op);
+  m.def("variant(int i) -> int[]", &variant_op);
+  m.def("division(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, int? window, "
+        "int[] plan) -> int[]");
+}
+
+TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) {
+  m.impl("pdl_token_writer", &pdl_token_writer);
+  m.impl("decode_attention_with_plan", &decode_attention_with_plan);
+  m.impl("default_plan", &default_plan_op);
+  m.impl("legacy_plan", &legacy_plan_op);
+  m.impl("division", &division_op);
+}
+
+}  // namespace flint
+
+// `import flint_attention._testing` loads this library (and so runs the
+// registrations above).
+extern "C" PyObject* PyInit__testing(void) {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_testing", nullptr, -1, nullptr};
+  return PyModule_Create(&module);
+}

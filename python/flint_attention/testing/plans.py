@@ -1,0 +1,91 @@
+"""Launch plans, explicitly: what the op launches (``default_plan``), the
+compiled variants, the previous kernels' heuristic for A/B runs, and a call
+with any of them (``run_with_plan``). Through the test-only extension
+``flint_attention._testing`` (CUDA builds only); the operator itself never
+takes a plan: it always launches ``default_plan``.
+
+A plan is the C++ ``LaunchPlan`` (csrc/decode_attention/launch_plan.h).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+
+KINDS = ("balanced", "split", "cluster", "warp-per-head")
+KV_DTYPES = ("bf16", "fp8")
+
+
+@functools.cache
+def _ops():
+    import flint_attention  # noqa: F401  (the op library first: _testing links to it)
+    import flint_attention._testing  # noqa: F401
+
+    return torch.ops.flint_testing
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    kind: str = "balanced"
+    kv: str = "bf16"
+    warps: int = 8
+    stages: int = 2
+    splits: int = 0  # legacy split / cluster kernels: CTAs per (request, kv head)
+    min_pages: int = 1  # legacy split kernels
+    refill_after_wait: int = 0  # legacy kernels (-1: the launch decides)
+    pdl: bool = True
+
+    @property
+    def name(self) -> str:
+        extra = f"x{self.splits}" if self.kind in ("split", "cluster") else ""
+        return f"{self.kind}{extra}:{self.kv}:w{self.warps}s{self.stages}" + ("" if self.pdl else ":nopdl")
+
+    def to_ints(self) -> list[int]:
+        return [KINDS.index(self.kind), KV_DTYPES.index(self.kv), self.warps, self.stages,
+                self.splits, self.min_pages, self.refill_after_wait, int(self.pdl)]
+
+    @staticmethod
+    def from_ints(v) -> Plan:
+        return Plan(KINDS[v[0]], KV_DTYPES[v[1]], *(int(x) for x in v[2:7]), bool(v[7]))
+
+    def balance(self, seq_lens, window: int | None, num_kv_heads: int, max_blocks: int | None = None,
+                device=None) -> tuple[int, float]:
+        """(pages of the busiest CTA, mean pages per CTA of the grid) of a call
+        with these lengths under this (balanced) plan, from the division the
+        kernel computes on the device."""
+        lens = torch.as_tensor(list(seq_lens), dtype=torch.int32)
+        device = torch.device(device or "cuda")
+        max_blocks = max_blocks or max(1, -(-int(lens.max(initial=0)) // 16))
+        q = torch.empty(len(lens), 8 * num_kv_heads, 128, dtype=torch.bfloat16, device=device)
+        kv = torch.empty(1, num_kv_heads, 16, 256, dtype=torch.bfloat16, device=device)
+        bt = torch.empty(len(lens), max_blocks, dtype=torch.int32, device=device)
+        ctas, busiest, total = _ops().division(q, kv, bt, lens.to(device), window, self.to_ints())
+        return busiest, total / ctas
+
+
+def default_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) -> Plan:
+    """What the op launches for such a call."""
+    return Plan.from_ints(_ops().default_plan(q, kv_cache, window))
+
+
+def legacy_plan(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+                window: int | None) -> Plan:
+    """The previous kernels' heuristic (bf16 only; it reads the block tables'
+    width), for A/B runs against the balanced kernel."""
+    return Plan.from_ints(_ops().legacy_plan(q, kv_cache, block_tables, window))
+
+
+def variants() -> list[Plan]:
+    """Every compiled kernel variant, as a plan (legacy split plans with 4 splits)."""
+    ops = _ops()
+    return [Plan.from_ints(ops.variant(i)) for i in range(ops.num_variants())]
+
+
+def run_with_plan(plan: Plan, q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                  k_scale=None, v_scale=None) -> torch.Tensor:
+    """The op's CUDA path launched with `plan` instead of the default."""
+    _ops().decode_attention_with_plan(q, kv_cache, block_tables, seq_lens, sinks, window, scale,
+                                      out, k_scale, v_scale, plan.to_ints())
+    return out
