@@ -11,6 +11,7 @@ first look at a kernel change.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import time
@@ -134,7 +135,10 @@ def main():
             if kv == "bf16":
                 cands.append(("legacy", plans.legacy_plan(s.q, s.kv_cache, s.block_tables, window)))
             if args.variants:
-                cands += [(p.name, p) for p in plans.variants() if p.kind == "balanced" and p.kv == kv]
+                base = plans.default_plan(s.q, s.kv_cache, window)
+                cands += [(f"refill {r}", dataclasses.replace(base, refill_after_wait=r)) for r in (0, 1)]
+                cands += [(p.name, dataclasses.replace(p, refill_after_wait=-1)) for p in plans.variants()
+                          if p.kind == "balanced" and p.kv == kv and (p.warps, p.stages) != (base.warps, base.stages)]
             for label, plan in cands:
                 try:
                     us, note = time_plan(plan, sets, window, floor_us)

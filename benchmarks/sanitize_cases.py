@@ -45,11 +45,15 @@ def main() -> None:
         ctas = plans._ops().division(probe.q, probe.kv_cache, probe.block_tables, probe.seq_lens,
                                      None, plan.to_ints())[0]
         run(plan, [20000], 1, None)  # one segment over every CTA: the two-level merge
-        run(plan, [16 * 8 * 49 - 3], 1, None)  # 49 CTAs: just past one level
+        fewest, cta_pages = plans._ops().division(probe.q, probe.kv_cache, probe.block_tables,
+                                                  probe.seq_lens, None, plan.to_ints())[3:]
+        # Segments over 25 and 49 CTAs: just past one level with 4 and 8 warps.
+        run(plan, [16 * (cta_pages * 24 + 1) - 3], 1, None)
+        run(plan, [16 * (cta_pages * 48 + 1) - 3], 1, None)
         run(plan, [(37 * i) % 70 for i in range(300 if not quick else 60)], 8 if not quick else 2,
             48)  # chained short pieces
         run(plan, [0] * 20, 2, None)  # nothing to attend
-        run(plan, [16 * 8 * ctas * 2 // 3] * 3, 1, None)  # segments ending on CTA boundaries
+        run(plan, [16 * cta_pages * (ctas // 3)] * 3, 1, None)  # segments ending on CTA boundaries
         run(dataclasses.replace(plan, pdl=False), [3000, 1, 0, 260], 2, 128)
     print("sanitize cases done")
 

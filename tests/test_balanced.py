@@ -34,16 +34,19 @@ def make(seq_lens, kvh, window=None, kv_dtype=torch.bfloat16, **kw):
 
 
 def division(inp, window):
-    """(CTAs, pages of the busiest CTA, total pages) of the op's launch."""
+    """(CTAs, pages of the busiest CTA, total pages, pages per warp, pages per
+    CTA) of the op's launch."""
     plan = plans.default_plan(inp.q, inp.kv_cache, window)
     return plans._ops().division(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, window,
                                  plan.to_ints())
 
 
 def grid_and_warps(kv_dtype=torch.bfloat16):
+    """(CTAs, warps per CTA, the fewest pages a warp's share has)."""
     inp = make([1], 1, kv_dtype=kv_dtype)
     plan = plans.default_plan(inp.q, inp.kv_cache, None)
-    return division(inp, None)[0], plan.warps
+    ctas, _, _, per_warp, _ = division(inp, None)
+    return ctas, plan.warps, per_warp
 
 
 def tokens(pages: int, short: int) -> int:
@@ -85,16 +88,17 @@ def test_one_nonzero_request_in_512(kv_dtype):
 
 
 @pytest.mark.parametrize("kvh", [1, 3])
-@pytest.mark.parametrize("per_warp", [1, 3])
+@pytest.mark.parametrize("extra", [0, 2])
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
-def test_segments_end_on_and_next_to_share_boundaries(kv_dtype, per_warp, kvh):
+def test_segments_end_on_and_next_to_share_boundaries(kv_dtype, extra, kvh):
     # Request page counts chosen so that segment ends fall exactly on, one
     # before and one after warp and CTA boundaries; the last request fills the
-    # batch up to the total that makes the warps' share per_warp pages.
-    ctas, warps = grid_and_warps(kv_dtype)
+    # batch up to the total that gives each warp per_warp pages.
+    ctas, warps, fewest = grid_and_warps(kv_dtype)
+    per_warp = fewest + extra
     cta = per_warp * warps
     budget = ctas * warps * per_warp // kvh  # pages of all requests, per kv head
-    pattern = [cta, cta - 1, 1, per_warp, per_warp + 1, max(per_warp - 1, 1), 2 * cta + 1,
+    pattern = [cta, cta - 1, 1, per_warp, per_warp + 1, per_warp - 1, 2 * cta + 1,
                cta - 2, 1, 1, 3 * per_warp, cta + per_warp]
     pages = []
     for n in pattern:
@@ -104,25 +108,28 @@ def test_segments_end_on_and_next_to_share_boundaries(kv_dtype, per_warp, kvh):
     lens = [tokens(p, short=i % 16) for i, p in enumerate(pages)]
     lens.insert(3, 0)  # a padding row in between
     inp = make(lens, kvh, kv_dtype=kv_dtype)
-    got_ctas, busiest, got_total = division(inp, None)
-    assert got_ctas == ctas and got_total == kvh * budget and busiest == cta
+    got_ctas, busiest, got_total, got_per_warp, _ = division(inp, None)
+    assert (got_ctas, got_total, got_per_warp) == (ctas, kvh * budget, per_warp)
     check_output(run_op(inp, None), inp, None)
     check_bitwise_repeat(inp, None)
 
 
-@pytest.mark.parametrize("fan_in", [2, 47, 48, 49, 132])
+@pytest.mark.parametrize("fan_in", [2, 23, 24, 25, 47, 48, 49, 132])
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
 def test_merge_fan_in_around_the_two_level_threshold(kv_dtype, fan_in):
-    # One request, one kv head: with pages <= the grid's warps each warp takes
-    # one page and each CTA `warps` pages, so the segment spans
-    # ceil(pages / warps) CTAs (48: one level; 49 and up: two).
-    ctas, warps = grid_and_warps(kv_dtype)
+    # One request, one kv head, fewer pages than the grid's warps take at
+    # their fewest: each CTA takes cta_pages of them, so the segment spans
+    # ceil(pages / cta_pages) CTAs (merged in one level up to 24 partials per
+    # thread chunk of 8 x 3 with 4-warp CTAs, 48 with 8-warp ones; past
+    # that in two).
+    ctas, warps, fewest = grid_and_warps(kv_dtype)
     if fan_in > ctas:
         pytest.skip(f"only {ctas} CTAs")
-    pages = fan_in * warps if fan_in == ctas else (fan_in - 1) * warps + 1
+    cta = warps * fewest
+    pages = fan_in * cta if fan_in == ctas else (fan_in - 1) * cta + 1
     inp = make([tokens(pages, 5)], 1, kv_dtype=kv_dtype)
-    ctas_used, busiest, total = division(inp, None)
-    assert total == pages and -(-total // busiest) == fan_in
+    _, _, total, per_warp, cta_pages = division(inp, None)
+    assert total == pages and per_warp == fewest and -(-total // cta_pages) == fan_in
     check_output(run_op(inp, None), inp, None)
     check_bitwise_repeat(inp, None)
 

@@ -40,14 +40,18 @@ FLINT_HOST_DEVICE SeqExtent seq_extent(const DecodeParams& p, int raw_len) {
 
 // Each warp of the grid gets per_warp consecutive pages of the batch's
 // `total`, each CTA the cta_pages of its warps: CTA c holds pages
-// [c cta_pages, (c + 1) cta_pages) (clipped to total).
+// [c cta_pages, (c + 1) cta_pages) (clipped to total). per_warp is at least
+// `min_per_warp`: a warp's first pages go out together before the wait, so
+// shares shorter than that would only spread a small call over more CTAs
+// (and split its segments over more of them).
 struct Division {
   int64_t total, per_warp, cta_pages;
 };
 
-FLINT_HOST_DEVICE Division divide_pages(int64_t total, int ctas, int warps) {
+FLINT_HOST_DEVICE Division divide_pages(int64_t total, int ctas, int warps, int min_per_warp) {
   const int64_t all_warps = int64_t(ctas) * warps;
-  const int64_t per_warp = total > 0 ? (total + all_warps - 1) / all_warps : 1;
+  int64_t per_warp = (total + all_warps - 1) / all_warps;
+  if (per_warp < min_per_warp) per_warp = min_per_warp;
   return {total, per_warp, per_warp * warps};
 }
 

@@ -79,6 +79,10 @@ __device__ __forceinline__ int partial_slot(int cta, int first_cta) {
   return 2 * cta + (cta == first_cta ? 1 : 0);
 }
 
+// Bytes one SM keeps in flight to take in its share of HBM bandwidth through
+// bulk copies (8 warps x one 8 KB page reached ~66 GB/s per SM, device run 46).
+constexpr int kSmIntakeInFlight = 64 * 1024;
+
 // A merge reads at most kMaxFanIn partials in one level: up to three rounds
 // of loads (kChunk in flight each) cost less than a second level's arrival
 // and store (an L2 round trip each); past that, groups of ceil(sqrt(F)).
@@ -215,7 +219,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   int64_t my_pages = 0;
   for (int b = tid; b < p.batch; b += kThreads) my_pages += seq_extent(p, p.seq_lens[b]).num_pages;
   const Division div = divide_pages(cta_sum<kWarps>(my_pages, sm.warp_sums, warp, lane) * H, grid,
-                                    kWarps);
+                                    kWarps, kStages - 1);
   const int64_t total = div.total, per_warp = div.per_warp, cta_pages = div.cta_pages;
   const int64_t cta_begin = min(cta * cta_pages, total), cta_end = min(cta_begin + cta_pages, total);
 
@@ -326,11 +330,15 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   }
 
   // ---- stream the pieces ---------------------------------------------------
-  // Refill after the wait where every warp has more pages than ring slots:
-  // the grid's warps with one page each in flight already hold what the HBM
-  // queue needs, and a shorter queue lowers every page's latency; shorter
-  // shares put all their pages in flight at once.
-  const bool refill_after_wait = per_warp > kStages;
+  // Refilled after the wait, a ring keeps one page fewer in flight (a shorter
+  // HBM queue, lower latency for every page): where the CTA's warps still
+  // keep what one SM's bulk-copy intake needs that way, and their shares are
+  // longer than a ring (shorter ones put all their pages in flight at once).
+  // A plan may force either (refill_after_wait 0 / 1; -1: this rule).
+  constexpr int kInFlightAfterWait = kWarps * (kStages - 1) * Kv::kPageBytes;
+  const bool refill_after_wait =
+      p.refill_after_wait >= 0 ? p.refill_after_wait == 1
+                               : per_warp > kStages && kInFlightAfterWait >= kSmIntakeInFlight;
   while (cur.count > 0) {
     const Piece nxt = next_piece(cur);
     // The slots this piece frees last take the next piece's leading pages

@@ -18,10 +18,12 @@ struct Variant {
 };
 
 constexpr Variant kVariants[] = {
-    {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
+    {KernelKind::kBalanced, KvDtype::kBf16, 4, 3, 0, balanced_bf16_w4_s3},
     {KernelKind::kBalanced, KvDtype::kBf16, 4, 2, 0, balanced_bf16_w4_s2},
+    {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
+    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 4, 5, 0, balanced_fp8_w4_s5},
+    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 4, 4, 0, balanced_fp8_w4_s4},
     {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 4, 0, balanced_fp8_w8_s4},
-    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 2, 0, balanced_fp8_w8_s2},
     {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_w4_s2},
     {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_w4_s3},
     {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_w8_s2},
@@ -44,14 +46,23 @@ const Variant* find_variant(const LaunchPlan& plan) {
 // Devices whose per-kernel setup is cached (beyond: redone at every launch).
 constexpr int kMaxDevices = 64;
 
-// Per kernel and device, once: the opt-in to > 48 KB of dynamic shared
-// memory, and the CTAs the GPU holds at once.
-cudaError_t prepare(const Variant& v, int device, int smem_bytes, bool sliding, int* resident) {
-  static std::atomic<int> cache[kNumVariants][kMaxDevices][2] = {};
+// How many CTAs of a kernel the GPU holds at once: per SM, and the SMs.
+struct Residency {
+  int sms, per_sm;
+  int total() const { return sms * per_sm; }
+};
+
+// Per kernel, device and padding, once: the opt-in to > 48 KB of dynamic
+// shared memory (and to clusters past 8), and its residency.
+cudaError_t prepare(const Variant& v, int device, int smem_bytes, bool sliding, Residency* r) {
+  static std::atomic<int> cache[kNumVariants][kMaxDevices][2] = {};  // sms << 8 | per_sm
   const int idx = static_cast<int>(&v - kVariants);
   if (device < kMaxDevices) {
-    *resident = cache[idx][device][sliding].load(std::memory_order_relaxed);
-    if (*resident > 0) return cudaSuccess;
+    const int c = cache[idx][device][sliding].load(std::memory_order_relaxed);
+    if (c > 0) {
+      *r = {c >> 8, c & 0xff};
+      return cudaSuccess;
+    }
   }
   const KernelEntry k = v.entry();
   int max_optin = 0, sms = 0, fit = 0;
@@ -64,8 +75,9 @@ cudaError_t prepare(const Variant& v, int device, int smem_bytes, bool sliding, 
   if (err == cudaSuccess)
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k.fn, 32 * v.warps, smem_bytes);
   if (err != cudaSuccess) return err;
-  *resident = std::max(sms * std::max(fit, 1), 1);
-  if (device < kMaxDevices) cache[idx][device][sliding].store(*resident, std::memory_order_relaxed);
+  *r = {std::max(sms, 1), std::min(std::max(fit, 1), 255)};
+  if (device < kMaxDevices)
+    cache[idx][device][sliding].store(r->sms << 8 | r->per_sm, std::memory_order_relaxed);
   return cudaSuccess;
 }
 
@@ -93,16 +105,19 @@ std::string describe(const LaunchPlan& p) {
 }  // namespace
 
 // One kernel for every call: the pages are divided on the device, so nothing
-// here depends on the lengths. 8 warps of 2 slots (bf16) keep 8-16 pages of
-// 8 KB in flight per SM, what one SM's bulk-copy intake needs to reach its
-// share of HBM bandwidth; fp8 pages are half as large, so twice the slots.
+// here depends on the lengths. A CTA of 4 warps with 3 slots of 8 KB (bf16;
+// fp8: 5 of 4 KB) keeps 64-96 KB in flight per SM, what one SM's bulk-copy
+// intake needs for its share of HBM bandwidth, and takes half an SM's shared
+// memory and registers: the grid has one per SM, and the next call's CTA
+// fits beside it, running its prologue and first pages during this call.
 LaunchPlan plan_launch(int /*batch*/, int /*num_kv_heads*/, bool /*sliding*/, KvDtype kv,
                        int /*num_sms*/) {
   LaunchPlan plan;
   plan.kind = KernelKind::kBalanced;
   plan.kv = kv;
-  plan.warps = 8;
-  plan.stages = kv == KvDtype::kBf16 ? 2 : 4;
+  plan.warps = 4;
+  plan.stages = kv == KvDtype::kBf16 ? 3 : 5;
+  plan.refill_after_wait = -1;  // the kernel's rule
   return plan;
 }
 
@@ -161,26 +176,30 @@ LaunchPlan variant_plan(int i) {
 
 namespace {
 
-// The shape of a launch, and the CTAs of its kernel the GPU holds at once.
+// The shape of a launch, and the residency of its kernel.
 cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, LaunchShape* shape,
-                     int* resident) {
+                     Residency* res) {
   const Variant& v = *find_variant(plan);
   const bool sliding = p.window > 0;
   const int smem = legacy_smem_bytes(v, v.entry().smem_bytes, sliding);
-  cudaError_t err = prepare(v, device, smem, sliding, resident);
+  cudaError_t err = prepare(v, device, smem, sliding, res);
   if (err != cudaSuccess) return err;
   const int64_t num_pairs = int64_t(p.batch) * p.num_kv_heads;
   shape->block = dim3(32 * plan.warps);
   shape->smem_bytes = smem;
   switch (plan.kind) {
-    case KernelKind::kBalanced:
-      // Persistent: one wave; the kernel divides the pages among its warps.
-      shape->grid = dim3(*resident);
-      shape->partials = 4 * int64_t(*resident);
-      shape->counters = 4 * int64_t(*resident);
+    case KernelKind::kBalanced: {
+      // Persistent: half the CTAs an SM holds (at least one), so that a PDL
+      // successor's CTAs fit beside this call's; the kernel divides the
+      // pages among its warps.
+      const int grid = res->sms * std::max(1, res->per_sm / 2);
+      shape->grid = dim3(grid);
+      shape->partials = 4 * int64_t(grid);
+      shape->counters = 4 * int64_t(grid);
       break;
+    }
     case KernelKind::kWarpPerHead: {
-      const int64_t warp_slots = int64_t(*resident) * plan.warps;
+      const int64_t warp_slots = int64_t(res->total()) * plan.warps;
       const int64_t pairs_per_warp = (num_pairs + warp_slots - 1) / warp_slots;
       shape->grid = dim3(ceil_div(num_pairs, plan.warps * pairs_per_warp));
       shape->partials = shape->counters = 0;
@@ -198,8 +217,8 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
 
 cudaError_t launch_shape(const DecodeParams& p, const LaunchPlan& plan, int device,
                          LaunchShape* shape) {
-  int resident = 0;
-  return shape_of(p, plan, device, shape, &resident);
+  Residency res{};
+  return shape_of(p, plan, device, shape, &res);
 }
 
 cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan& plan,
@@ -207,14 +226,15 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   LaunchShape shape{};
-  int resident = 0;
-  if (err == cudaSuccess) err = shape_of(params, plan, device, &shape, &resident);
+  Residency res{};
+  if (err == cudaSuccess) err = shape_of(params, plan, device, &shape, &res);
   if (err != cudaSuccess) return err;
   DecodeParams p = params;
+  p.refill_after_wait = plan.refill_after_wait;
   if (plan.kind != KernelKind::kBalanced) {
+    const int resident = res.total();
     const int num_pairs = p.batch * p.num_kv_heads;
     p.min_pages = plan.min_pages;
-    p.refill_after_wait = plan.refill_after_wait;
     // At most one wave of active splits; a cluster keeps every rank active.
     p.max_active_splits = std::max(1, resident / std::max(num_pairs, 1));
     if (plan.kind == KernelKind::kWarpPerHead && p.refill_after_wait < 0) {

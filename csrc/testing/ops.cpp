@@ -79,8 +79,8 @@ std::vector<int64_t> variant_op(int64_t i) {
 }
 
 // Where the pages of a call go under a balanced plan: [ctas, pages of the
-// busiest CTA, total pages], from the lengths (a CPU copy of seq_lens) and
-// the grid the plan launches on q's device.
+// busiest CTA, total pages, pages per warp, pages per CTA], from the lengths
+// and the grid the plan launches on q's device.
 std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  std::optional<int64_t> window, c10::IntArrayRef plan_ints) {
@@ -99,8 +99,9 @@ std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache
   for (int64_t b = 0; b < lens.size(0); ++b)
     total += seq_extent(lens.data_ptr<int32_t>()[b], p.window, max_blocks).num_pages;
   total *= p.num_kv_heads;
-  const Division d = divide_pages(total, static_cast<int>(shape.grid.x), plan.warps);
-  return {shape.grid.x, std::min(d.cta_pages, total), total};
+  const Division d = divide_pages(total, static_cast<int>(shape.grid.x), plan.warps,
+                                  plan.stages - 1);
+  return {shape.grid.x, std::min(d.cta_pages, total), total, d.per_warp, d.cta_pages};
 }
 
 }  // namespace

@@ -10,10 +10,12 @@ struct KernelEntry {
   int smem_bytes;
 };
 
-KernelEntry balanced_bf16_w8_s2();
+KernelEntry balanced_bf16_w4_s3();
 KernelEntry balanced_bf16_w4_s2();
+KernelEntry balanced_bf16_w8_s2();
+KernelEntry balanced_fp8_w4_s5();
+KernelEntry balanced_fp8_w4_s4();
 KernelEntry balanced_fp8_w8_s4();
-KernelEntry balanced_fp8_w8_s2();
 
 // The kernels before the balanced one, for A/B measurements (bf16 only).
 KernelEntry split_w4_s2();

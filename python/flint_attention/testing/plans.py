@@ -61,7 +61,8 @@ class Plan:
         q = torch.empty(len(lens), 8 * num_kv_heads, 128, dtype=torch.bfloat16, device=device)
         kv = torch.empty(1, num_kv_heads, 16, 256, dtype=torch.bfloat16, device=device)
         bt = torch.empty(len(lens), max_blocks, dtype=torch.int32, device=device)
-        ctas, busiest, total = _ops().division(q, kv, bt, lens.to(device), window, self.to_ints())
+        ctas, busiest, total, _, _ = _ops().division(q, kv, bt, lens.to(device), window,
+                                                     self.to_ints())
         return busiest, total / ctas
 
 

@@ -3,6 +3,6 @@
 
 namespace flint {
 
-KernelEntry balanced_fp8_w8_s2() { return balanced_entry<detail::KvFp8, 8, 2>(); }
+KernelEntry balanced_bf16_w4_s3() { return balanced_entry<detail::KvBf16, 4, 3>(); }
 
 }  // namespace flint
