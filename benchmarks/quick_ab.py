@@ -117,6 +117,8 @@ def main():
     ap.add_argument("--kv", default="bf16,fp8")
     ap.add_argument("--variants", action="store_true", help="also every compiled balanced variant")
     ap.add_argument("--budget-s", type=float, default=240)
+    ap.add_argument("--grids", type=lambda x: [int(v) for v in x.split(",")], default=[120, 100, 66],
+                    help="with --variants: balanced grids of this many CTAs too")
     args = ap.parse_args()
     t0 = time.time()
     print("| row | kv | plan | µs | TB/s | note |\n|---|---|---|---|---|---|", flush=True)
@@ -137,8 +139,12 @@ def main():
             if args.variants:
                 base = plans.default_plan(s.q, s.kv_cache, window)
                 cands += [(f"refill {r}", dataclasses.replace(base, refill_after_wait=r)) for r in (0, 1)]
-                cands += [(p.name, dataclasses.replace(p, refill_after_wait=-1)) for p in plans.variants()
-                          if p.kind == "balanced" and p.kv == kv and (p.warps, p.stages) != (base.warps, base.stages)]
+                others = [p for p in plans.variants() if p.kind == "balanced" and p.kv == kv
+                          and (p.warps, p.stages) != (base.warps, base.stages)]
+                cands += [(p.name, p) for p in others]
+                # Fewer CTAs than SMs: SMs left to the next call's CTAs.
+                for p in [base] + [o for o in others if o.warps == 8]:
+                    cands += [(f"grid {g}", dataclasses.replace(p, ctas=g)) for g in args.grids]
             for label, plan in cands:
                 try:
                     us, note = time_plan(plan, sets, window, floor_us)

@@ -34,10 +34,18 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
     return torch.from_numpy(np.asarray(x, dtype=f32)).bfloat16().float().numpy()
 
 
+def to_f16(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even to fp16 (subnormals kept), returned as float32."""
+    return torch.from_numpy(np.asarray(x, dtype=f32)).half().float().numpy()
+
+
 def emulate_kernel(inp, window, scale) -> torch.Tensor:
     """The numerics contract of the kernel, one (request, head) at a time. An
     fp8 cache is used as stored; k_scale multiplies the fp32 softmax scale,
-    v_scale the fp32 normalization."""
+    v_scale the fp32 normalization, and P is rounded to fp16 instead of bf16
+    (q holds small integers here: its power-of-two scale is 1)."""
+    fp8 = inp.kv_cache.dtype == torch.float8_e4m3fn
+    round_p = to_f16 if fp8 else to_bf16
     q = inp.q.float().numpy()
     kv = inp.kv_cache.float().numpy()
     table = inp.block_tables.numpy()
@@ -61,7 +69,7 @@ def emulate_kernel(inp, window, scale) -> torch.Tensor:
             for s_p, row in zip(s, rows):
                 p = f32(_libm.exp2f(_libm.fmaf(s_p, c, -ms)))
                 l = f32(l + p)
-                o = o + to_bf16(p) * row[HEAD_DIM:]
+                o = o + round_p(p) * row[HEAD_DIM:]
             inv = f32(v_scale[h // GQA]) / f32(l + f32(_libm.exp2f(f32(sinks[h]) * f32(LOG2E) - ms)))
             out[b, h] = o * inv
     return torch.from_numpy(out).bfloat16()

@@ -68,6 +68,16 @@ def test_fp8_k_and_v_scales_apply_separately(device):
     check_against_reference(inp, None, 2 * DEFAULT_SCALE)
 
 
+@pytest.mark.parametrize("q_scale", [1e-6, 1e5, 3e8])
+def test_fp8_q_far_from_one(device, q_scale):
+    # The fp8 path runs its MMAs on fp16: q is scaled by a power of two that
+    # brings its largest |q| under 2^15 (1e5 and 3e8 need one), and the
+    # logits scaled back; tiny q (1e-6) stays as it is (fp16 subnormals).
+    inp = fp8_inputs(3, [5, 300, 2000], 2, None, device)
+    inp.q.mul_(q_scale)
+    check_against_reference(inp, None, DEFAULT_SCALE / max(q_scale, 1.0))
+
+
 @pytest.mark.parametrize("window", [None, 128])
 def test_fp8_all_empty_writes_zeros(device, window):
     inp = fp8_inputs(4, 0, 2, window, device)

@@ -4,10 +4,10 @@
 // n = 8 dimension of mma.m16n8k16).
 //
 // Lane (g = lane / 4, t = lane % 4). Both formats hand attend_page the same
-// register roles:
-//   q[w]      bf16 pair of head g, the two dims k-step w / 2 multiplies with k[16r + w]
-//   k[16r+w]  bf16 pair of token g + 8r (r < 2) at the dims of q[w]
-//   v[8r+4h+j] bf16 pair of token 2t + (r & 1) + 8(r >> 1) (r < 4) at dims
+// register roles, pairs of the format's MMA type (bf16, or fp16 for fp8):
+//   q[w]      pair of head g, the two dims k-step w / 2 multiplies with k[16r + w]
+//   k[16r+w]  pair of token g + 8r (r < 2) at the dims of q[w]
+//   v[8r+4h+j] pair of token 2t + (r & 1) + 8(r >> 1) (r < 4) at dims
 //             chunk_dim(g, h) + 2j, +1 (h < 2, j < 4)
 // so that m-tile j of O^T holds dims o_tile_dim(j, g), +1 (rows g, g + 8).
 // Which dims those are is each format's choice (a permutation of the 128
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "decode_attention/common.cuh"
+#include "decode_attention/numerics.h"
 #include "decode_attention/params.h"
 #include "ptx/convert.cuh"
 #include "ptx/memory.cuh"
@@ -77,7 +78,16 @@ struct KvBf16 {
   // Column swizzle of the merge buffers (store_partial): XOR of dim d of head h.
   __device__ __forceinline__ static int buf_swizzle(int h, int /*d*/) { return h & 6; }
 
-  __device__ __forceinline__ static void load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
+  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    ptx::mma_m16n8k16_bf16_f32(d, a, b0, b1);
+  }
+  __device__ __forceinline__ static uint32_t pack_p(float lo, float hi) {
+    return ptx::pack_bf16x2(lo, hi);
+  }
+
+  // q as it is; the logits need no rescaling (exponent 0).
+  __device__ __forceinline__ static int load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t w[4];
@@ -85,6 +95,7 @@ struct KvBf16 {
 #pragma unroll
       for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
     }
+    return 0;
   }
 
   __device__ __forceinline__ static void load_page(uint32_t slot, int page, int start_tok,
@@ -127,10 +138,12 @@ struct KvBf16 {
 
 // ---- fp8 (e4m3) cache: pages of 16 rows x 256 bytes ----------------------------
 //
-// K and V are converted exactly to bf16 in registers (e4m3 -> fp16 -> fp32 ->
-// bf16, every step exact), so the MMAs are the bf16 path's; the scales are
-// applied in fp32 outside them (decode kernels: k_scale in the softmax scale,
-// v_scale in the normalization).
+// The MMAs run on fp16: K and V are converted exactly (every e4m3 value is an
+// fp16 value, one cvt per pair), P is rounded to fp16 (not bf16) for P V, and
+// q to fp16 after scaling the kv head's 8 query heads by 2^-e, the power of two
+// that brings their largest |q| under 2^15 (e = 0 unless some |q| >= 2^15), so
+// the logits come out 2^-e too small and 2^e multiplies the softmax scale.
+// k_scale also goes into the softmax scale, v_scale into the normalization.
 //
 // q / K dims of q[w]: 32t + 2w, +1 (each lane's 32 dims contiguous: 32 bytes
 // of a K row). V: chunk_dim(g, h) = 16g + 8h (16 contiguous bytes of a V row).
@@ -152,22 +165,43 @@ struct KvFp8 {
     return (((d >> 5) & 3) << 2) | (((h >> 1) & 1) << 1);
   }
 
-  __device__ __forceinline__ static void load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t w[4];
-      ptx::ld_global_u32x4(q_row + 32 * t + 8 * i, w);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
-    }
+  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    ptx::mma_m16n8k16_f16_f32(d, a, b0, b1);
+  }
+  __device__ __forceinline__ static uint32_t pack_p(float lo, float hi) {
+    return ptx::pack_f16x2(lo, hi);
   }
 
-  // Four e4m3 (dims d .. d + 3) -> bf16 pairs (d, d + 1) and (d + 2, d + 3).
-  __device__ __forceinline__ static void to_bf16(uint32_t x, uint32_t& lo, uint32_t& hi) {
-    const uint32_t h01 = ptx::cvt_f16x2_e4m3x2(static_cast<uint16_t>(x & 0xffffu));
-    const uint32_t h23 = ptx::cvt_f16x2_e4m3x2(static_cast<uint16_t>(x >> 16));
-    lo = ptx::pack_bf16x2(ptx::cvt_f32_f16(h01 & 0xffffu), ptx::cvt_f32_f16(h01 >> 16));
-    hi = ptx::pack_bf16x2(ptx::cvt_f32_f16(h23 & 0xffffu), ptx::cvt_f32_f16(h23 >> 16));
+  // q of head g, dims 32t .. 32t + 31, as fp16 x 2^-e; returns e (the same in
+  // every lane: the max runs over the warp, i.e. all 8 heads).
+  __device__ __forceinline__ static int load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
+    uint32_t w[16];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t x[4];
+      ptx::ld_global_u32x4(q_row + 32 * t + 8 * i, x);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[4 * i + j] = x[j];
+    }
+    float mx = 0.f;  // fmaxf skips a NaN: it stays NaN in q
+#pragma unroll
+    for (int k = 0; k < 16; ++k)
+      mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(w[k] << 16)), fabsf(__uint_as_float(w[k] & 0xffff0000u))));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
+    const int e = q_exponent(mx);
+    const float s = exp2i(-e);
+#pragma unroll
+    for (int k = 0; k < 16; ++k)
+      q[k] = ptx::pack_f16x2(__uint_as_float(w[k] << 16) * s, __uint_as_float(w[k] & 0xffff0000u) * s);
+    return e;
+  }
+
+  // Four e4m3 (dims d .. d + 3) -> fp16 pairs (d, d + 1) and (d + 2, d + 3).
+  __device__ __forceinline__ static void to_f16(uint32_t x, uint32_t& lo, uint32_t& hi) {
+    lo = ptx::cvt_f16x2_e4m3x2(static_cast<uint16_t>(x & 0xffffu));
+    hi = ptx::cvt_f16x2_e4m3x2(static_cast<uint16_t>(x >> 16));
   }
 
   __device__ __forceinline__ static void load_page(uint32_t slot, int page, int start_tok,
@@ -182,8 +216,8 @@ struct KvFp8 {
       ptx::ld_shared_u32x4(row + (k_swap ? 0 : 16), b);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        to_bf16(k_swap ? b[j] : a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
-        to_bf16(k_swap ? a[j] : b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
+        to_f16(k_swap ? b[j] : a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
+        to_f16(k_swap ? a[j] : b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
       }
     }
     const uint32_t v_row0 = slot + kHeadDim + 2 * t * kRowBytes + 16 * g;
@@ -192,14 +226,15 @@ struct KvFp8 {
       uint32_t a[4];  // dims 16g .. 16g + 15 of token 2t + (r & 1) + 8(r >> 1)
       ptx::ld_shared_u32x4(v_row0 + ((r & 1) + 8 * (r >> 1)) * kRowBytes, a);
 #pragma unroll
-      for (int w = 0; w < 4; ++w) to_bf16(a[w], v[8 * r + 2 * w], v[8 * r + 2 * w + 1]);
+      for (int w = 0; w < 4; ++w) to_f16(a[w], v[8 * r + 2 * w], v[8 * r + 2 * w + 1]);
     }
     mask_v_rows(v, page, start_tok, seq_len, t);
   }
 };
 
 // One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
-// `scale_log2` is the softmax scale x log2(e) (x k_scale for an fp8 cache).
+// `scale_log2` is the softmax scale x log2(e) (x k_scale x 2^e for an fp8 cache).
+template <class Kv>
 __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint32_t (&v)[32],
                                             const uint32_t (&q)[16], int page, int start_tok,
                                             int seq_len, float scale_log2, int g, int t,
@@ -212,7 +247,7 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
     const uint32_t a[4] = {k[2 * c], k[16 + 2 * c], k[2 * c + 1], k[16 + 2 * c + 1]};
-    ptx::mma_m16n8k16_bf16_f32(c % 2 == 0 ? sa : sb, a, q[2 * c], q[2 * c + 1]);
+    Kv::mma(c % 2 == 0 ? sa : sb, a, q[2 * c], q[2 * c + 1]);
   }
   // s[0], s[1]: token g, heads 2t, 2t+1; s[2], s[3]: token g + 8.
   float s[4] = {sa[0] + sb[0], sa[1] + sb[1], sa[2] + sb[2], sa[3] + sb[3]};
@@ -249,8 +284,8 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
   // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][head g],
   // held by lanes 8t + g/2 (token 2t) and 8t + g/2 + 4 (token 2t+1), in the
   // half g % 2 of their (head 2t', 2t'+1) pairs.
-  const uint32_t x = ptx::pack_bf16x2(p[0], p[1]);
-  const uint32_t y = ptx::pack_bf16x2(p[2], p[3]);
+  const uint32_t x = Kv::pack_p(p[0], p[1]);
+  const uint32_t y = Kv::pack_p(p[2], p[3]);
   const int src = 8 * t + (g >> 1);
   const uint32_t x0 = __shfl_sync(kFullMask, x, src), x1 = __shfl_sync(kFullMask, x, src + 4);
   const uint32_t y0 = __shfl_sync(kFullMask, y, src), y1 = __shfl_sync(kFullMask, y, src + 4);
@@ -268,7 +303,7 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
     const uint32_t a[4] = {ptx::prmt(va, vb, 0x5410u), ptx::prmt(va, vb, 0x7632u),
                            ptx::prmt(vc, vd, 0x5410u), ptx::prmt(vc, vd, 0x7632u)};
     float(&acc)[4] = *reinterpret_cast<float(*)[4]>(&st.o[4 * j]);
-    ptx::mma_m16n8k16_bf16_f32(acc, a, b0, b1);
+    Kv::mma(acc, a, b0, b1);
   }
 }
 

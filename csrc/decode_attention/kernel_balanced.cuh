@@ -24,6 +24,7 @@
 #include "decode_attention/common.cuh"
 #include "decode_attention/kernels/registry.h"
 #include "decode_attention/fragments.cuh"
+#include "decode_attention/numerics.h"
 #include "decode_attention/page_ring.cuh"
 #include "decode_attention/params.h"
 #include "ptx/griddepcontrol.cuh"
@@ -350,13 +351,15 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
     // Per segment: the softmax scale (with k_scale), v_scale and the sinks of
     // this lane's heads 2t, 2t + 1.
-    const float k_scale = p.k_scale ? p.k_scale[p.k_scale_stride * cur.h] : 1.f;
-    const float v_scale = p.v_scale ? p.v_scale[p.v_scale_stride * cur.h] : 1.f;
-    const float scale_log2 = p.scale_log2 * k_scale;
-    const float sink0 = p.sinks[cur.h * kGqa + 2 * t] * kLog2eF;
-    const float sink1 = p.sinks[cur.h * kGqa + 2 * t + 1] * kLog2eF;
+    // NOTE: loaded here, ahead of the stream (ld_global is ordered with the
+    // ring's copies and waits), so that no L2 round trip waits at its end.
+    const float k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * cur.h) : 1.f;
+    const float v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * cur.h) : 1.f;
+    const float sink0 = ptx::ld_global_f32(p.sinks + cur.h * kGqa + 2 * t) * kLog2eF;
+    const float sink1 = ptx::ld_global_f32(p.sinks + cur.h * kGqa + 2 * t + 1) * kLog2eF;
     uint32_t q[16];
-    Kv::load_q(p.q + cur.b * p.q_stride_b + (cur.h * kGqa + g) * p.q_stride_h, t, q);
+    const int q_exp = Kv::load_q(p.q + cur.b * p.q_stride_b + (cur.h * kGqa + g) * p.q_stride_h, t, q);
+    const float scale_log2 = p.scale_log2 * k_scale * exp2i(q_exp);
 
     WarpState st;
     stream_piece(ring, span, bt_cur, bt_next, nspan, nxt_bt, q, cur.e.start_tok, cur.e.seq_len,

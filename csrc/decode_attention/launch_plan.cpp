@@ -171,6 +171,7 @@ LaunchPlan variant_plan(int i) {
   p.warps = v.warps;
   p.stages = v.stages;
   p.splits = v.kind == KernelKind::kCluster ? v.cluster : v.kind == KernelKind::kSplit ? 4 : 0;
+  p.refill_after_wait = v.kind == KernelKind::kBalanced ? -1 : 0;
   return p;
 }
 
@@ -192,7 +193,7 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
       // Persistent: half the CTAs an SM holds (at least one), so that a PDL
       // successor's CTAs fit beside this call's; the kernel divides the
       // pages among its warps.
-      const int grid = res->sms * std::max(1, res->per_sm / 2);
+      const int grid = plan.ctas > 0 ? plan.ctas : res->sms * std::max(1, res->per_sm / 2);
       shape->grid = dim3(grid);
       shape->partials = 4 * int64_t(grid);
       shape->counters = 4 * int64_t(grid);

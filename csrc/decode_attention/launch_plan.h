@@ -29,6 +29,7 @@ struct LaunchPlan {
   // refill rule (0 before the wait, 1 after, 2 after unless late).
   int splits = 0, min_pages = 1, refill_after_wait = 0;
   bool pdl = true;  // programmatic dependent launch
+  int ctas = 0;     // balanced kernel: the grid's CTAs (0: the launch's rule; A/B runs)
 };
 
 // The plan for a call, from what a captured CUDA graph keeps fixed: the batch

@@ -131,7 +131,7 @@ __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, cons
     const int page = s.first_page + k;
     uint32_t kf[32], vf[32];
     Kv::load_page(ptx::smem_addr(ring.slot(n)), page, start_tok, seq_len, g, t, kf, vf);
-    attend_page(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
+    attend_page<Kv>(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
   }
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {

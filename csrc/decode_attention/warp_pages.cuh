@@ -139,7 +139,7 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
     const int page = w.first_page + k * w.step;
     uint32_t kf[32], vf[32];
     KvBf16::load_page(w.slot_of<kStages>(k), page, start_tok, seq_len, g, t, kf, vf);
-    attend_page(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
+    attend_page<KvBf16>(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
   }
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {

@@ -14,8 +14,10 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include "decode_attention/numerics.h"
 #include "decode_attention/params.h"
 #include "ops/params_from_tensors.h"
 #include "ops/validation.h"
@@ -30,17 +32,22 @@ float bf16_to_float(uint16_t bits) {
 // Round to nearest even, as the kernel's cvt.rn.bf16x2.f32.
 uint16_t float_to_bf16(float x) { return c10::BFloat16(x).x; }
 
-// Cache elements as the kernel reads them: bf16 bits, or e4m3 bits converted
-// exactly (every e4m3 value, NaN included, is a bf16 value too).
+// The kernel's MMA operand type per cache format: bf16 for a bf16 cache; fp16
+// for an fp8 one (e4m3 converts to it exactly; P and q are rounded to it, q
+// after the power-of-two scale of numerics.h).
 struct Bf16Elem {
   using Bits = uint16_t;
   static float to_float(Bits b) { return bf16_to_float(b); }
+  static float round_operand(float x) { return bf16_to_float(float_to_bf16(x)); }
+  static constexpr bool kScaledQ = false;
 };
 struct Fp8Elem {
   using Bits = uint8_t;
   static float to_float(Bits b) {
     return static_cast<float>(c10::Float8_e4m3fn(b, c10::Float8_e4m3fn::from_bits()));
   }
+  static float round_operand(float x) { return static_cast<float>(c10::Half(x)); }
+  static constexpr bool kScaledQ = true;
 };
 
 // Positions [start, end) of request b that the query attends to.
@@ -117,9 +124,20 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
   // heads (or the 128 dims) with independent accumulators, so they vectorize
   // while each sum keeps its sequential fp32 order.
   float q[kHeadDim][kGqa];
+  float q_max = 0.f;  // std::fmax skips NaN, as the kernel's fmaxf
   for (int j = 0; j < kGqa; ++j) {
     const uint16_t* qh = p.q + b * p.q_stride_b + int64_t{kvh * kGqa + j} * p.q_stride_h;
-    for (int d = 0; d < kHeadDim; ++d) q[d][j] = bf16_to_float(qh[d]);
+    for (int d = 0; d < kHeadDim; ++d) {
+      q[d][j] = bf16_to_float(qh[d]);
+      q_max = std::fmax(q_max, std::fabs(q[d][j]));
+    }
+  }
+  // fp8: q in fp16, scaled by 2^-e; the logits come out 2^-e too small.
+  const int q_exp = Elem::kScaledQ ? q_exponent(q_max) : 0;
+  if (Elem::kScaledQ) {
+    const float down = exp2i(-q_exp);
+    for (int d = 0; d < kHeadDim; ++d)
+      for (int j = 0; j < kGqa; ++j) q[d][j] = Elem::round_operand(q[d][j] * down);
   }
 
   // Scores s = q . K, unscaled, and their max per head.
@@ -141,8 +159,8 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
   }
 
   // p = exp2(s * c - m * c), the exponent formed by one fma as on the GPU;
-  // l sums the fp32 p, while P V uses p rounded to bf16 (the mma operand).
-  const float c = p.scale_log2 * kv_scale(p.k_scale, p.k_scale_stride, kvh);
+  // l sums the fp32 p, while P V uses p rounded to the MMA operand type.
+  const float c = p.scale_log2 * kv_scale(p.k_scale, p.k_scale_stride, kvh) * exp2i(q_exp);
   float ms[kGqa];
   float l[kGqa] = {};
   float o[kGqa][kHeadDim] = {};
@@ -154,7 +172,7 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
     for (int j = 0; j < kGqa; ++j) {
       const float pj = std::exp2(std::fma(scores[i * kGqa + j], c, -ms[j]));
       l[j] += pj;
-      const float pb = bf16_to_float(float_to_bf16(pj));
+      const float pb = Elem::round_operand(pj);
       for (int d = 0; d < kHeadDim; ++d) o[j][d] += pb * v[d];
     }
   }

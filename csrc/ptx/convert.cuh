@@ -1,4 +1,4 @@
-// Conversions of fp8 cache elements (PTX ISA "cvt").
+// Conversions to and from fp16 for the fp8 cache path (PTX ISA "cvt").
 #pragma once
 
 #include "ptx/arch.cuh"
@@ -13,11 +13,12 @@ __device__ __forceinline__ uint32_t cvt_f16x2_e4m3x2(uint16_t pair) {
   return d;
 }
 
-// cvt.f32.f16: exact.
-__device__ __forceinline__ float cvt_f32_f16(uint16_t h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
+// cvt.rn.f16x2.f32: two floats rounded to fp16 (subnormals kept), `lo` in the
+// low half.
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
 }
 
 }  // namespace flint::ptx

@@ -31,6 +31,14 @@ __device__ __forceinline__ float4 ld_global_cg_f32x4(const float* ptr) {
   return v;
 }
 
+// ld.global.f32, at its place in the program (volatile: not moved past the
+// other asm, e.g. closer to its first use).
+__device__ __forceinline__ float ld_global_f32(const float* ptr) {
+  float v;
+  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(ptr));
+  return v;
+}
+
 // ld.global.cg.f32
 __device__ __forceinline__ float ld_global_cg_f32(const float* ptr) {
   float v;

@@ -2,8 +2,8 @@
 // extension that tests and benchmarks load and the operator never does. It
 // links to flint_attention._C and drives its launch plans explicitly.
 //
-// A plan travels as int[8]: kind, kv dtype, warps, stages, splits, min_pages,
-// refill_after_wait, pdl (decode_attention/launch_plan.h;
+// A plan travels as int[9]: kind, kv dtype, warps, stages, splits, min_pages,
+// refill_after_wait, pdl, ctas (decode_attention/launch_plan.h;
 // python/flint_attention/testing/plans.py names them).
 #include <Python.h>
 
@@ -22,11 +22,11 @@
 namespace flint {
 namespace {
 
-constexpr int kPlanInts = 8;
+constexpr int kPlanInts = 9;
 
 std::vector<int64_t> to_ints(const LaunchPlan& p) {
   return {static_cast<int64_t>(p.kind), static_cast<int64_t>(p.kv), p.warps, p.stages, p.splits,
-          p.min_pages, p.refill_after_wait, p.pdl ? 1 : 0};
+          p.min_pages, p.refill_after_wait, p.pdl ? 1 : 0, p.ctas};
 }
 
 LaunchPlan from_ints(c10::IntArrayRef v) {
@@ -43,6 +43,7 @@ LaunchPlan from_ints(c10::IntArrayRef v) {
   p.min_pages = static_cast<int>(v[5]);
   p.refill_after_wait = static_cast<int>(v[6]);
   p.pdl = v[7] != 0;
+  p.ctas = static_cast<int>(v[8]);
   return p;
 }
 

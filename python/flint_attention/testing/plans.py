@@ -34,21 +34,24 @@ class Plan:
     stages: int = 2
     splits: int = 0  # legacy split / cluster kernels: CTAs per (request, kv head)
     min_pages: int = 1  # legacy split kernels
-    refill_after_wait: int = 0  # legacy kernels (-1: the launch decides)
+    refill_after_wait: int = 0  # 0 before the wait, 1 after (-1: the kernel's rule); legacy: 2
     pdl: bool = True
+    ctas: int = 0  # balanced kernel: the grid's CTAs (0: the launch's rule)
 
     @property
     def name(self) -> str:
         extra = f"x{self.splits}" if self.kind in ("split", "cluster") else ""
-        return f"{self.kind}{extra}:{self.kv}:w{self.warps}s{self.stages}" + ("" if self.pdl else ":nopdl")
+        return (f"{self.kind}{extra}:{self.kv}:w{self.warps}s{self.stages}" + ("" if self.pdl else ":nopdl")
+                + (f":r{self.refill_after_wait}" if self.kind == "balanced" and self.refill_after_wait >= 0 else "")
+                + (f":g{self.ctas}" if self.ctas else ""))
 
     def to_ints(self) -> list[int]:
         return [KINDS.index(self.kind), KV_DTYPES.index(self.kv), self.warps, self.stages,
-                self.splits, self.min_pages, self.refill_after_wait, int(self.pdl)]
+                self.splits, self.min_pages, self.refill_after_wait, int(self.pdl), self.ctas]
 
     @staticmethod
     def from_ints(v) -> Plan:
-        return Plan(KINDS[v[0]], KV_DTYPES[v[1]], *(int(x) for x in v[2:7]), bool(v[7]))
+        return Plan(KINDS[v[0]], KV_DTYPES[v[1]], *(int(x) for x in v[2:7]), bool(v[7]), int(v[8]))
 
     def balance(self, seq_lens, window: int | None, num_kv_heads: int, max_blocks: int | None = None,
                 device=None) -> tuple[int, float]:
