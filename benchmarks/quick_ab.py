@@ -117,7 +117,7 @@ def main():
     ap.add_argument("--kv", default="bf16,fp8")
     ap.add_argument("--variants", action="store_true", help="also every compiled balanced variant")
     ap.add_argument("--budget-s", type=float, default=240)
-    ap.add_argument("--grids", type=lambda x: [int(v) for v in x.split(",")], default=[120, 100, 66],
+    ap.add_argument("--grids", type=lambda x: [int(v) for v in x.split(",") if v], default=[],
                     help="with --variants: balanced grids of this many CTAs too")
     args = ap.parse_args()
     t0 = time.time()

@@ -59,7 +59,7 @@ struct BalancedSmem {
   ptx::Mbarrier bars[kWarps][kStages];
   PieceRecord pieces[kWarps][2];  // [w][0]: the partial in first[w]; [w][1]: in ring[w].last
   WarpStart starts[kWarps];
-  int64_t warp_sums[kWarps];  // scan scratch
+  int64_t warp_sums[2][kWarps];  // scan scratch (scan_block)
   int last_arrival[2];        // this CTA arrived last at the merge of its first / last segment
 };
 
@@ -100,18 +100,46 @@ __device__ __forceinline__ int ceil_sqrt(int f) {
   return r;
 }
 
-// Sum over the CTA of one value per thread (int64); every thread gets it.
-template <int kWarps>
-__device__ __forceinline__ int64_t cta_sum(int64_t v, int64_t* warp_sums, int warp, int lane) {
+// A block of kPer x 32 kWarps requests from `base`: thread tid's kPer
+// consecutive ones' attended pages n[], the pages of the block's requests
+// before them (excl) and the block's total. One round of loads and one
+// barrier; `sums` alternates between two halves so that the next block's
+// scan need not wait for this one's readers.
+template <int kPer>
+struct RequestBlock {
+  int n[kPer];
+  int64_t excl, total;
+};
+
+template <int kWarps, int kPer>
+__device__ __forceinline__ RequestBlock<kPer> scan_block(const DecodeParams& p, int base,
+                                                         int64_t (&sums)[2][kWarps], int parity,
+                                                         int tid) {
+  const int warp = tid / 32, lane = tid % 32;
+  RequestBlock<kPer> r;
+  int64_t mine = 0;
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
-  if (lane == 0) warp_sums[warp] = v;
+  for (int i = 0; i < kPer; ++i) {
+    const int b = base + kPer * tid + i;
+    r.n[i] = b < p.batch ? max(seq_extent(p, p.seq_lens[b]).num_pages, 0) : 0;
+    mine += r.n[i];
+  }
+  int64_t incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int64_t x = __shfl_up_sync(kFullMask, incl, off);
+    if (lane >= off) incl += x;
+  }
+  if (lane == 31) sums[parity][warp] = incl;
   __syncthreads();
-  int64_t total = 0;
+  r.excl = incl - mine;
+  r.total = 0;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += warp_sums[w];
-  __syncthreads();  // warp_sums is reused
-  return total;
+  for (int w = 0; w < kWarps; ++w) {
+    r.excl += w < warp ? sums[parity][w] : 0;
+    r.total += sums[parity][w];
+  }
+  return r;
 }
 
 // Merges `count` fp32 partials of one segment from the workspace (slot i at
@@ -217,49 +245,47 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
   // are written by host-to-device copies ahead of the forward, never by the
   // kernel this one overlaps with (README, programmatic dependent launch).
-  int64_t my_pages = 0;
-  for (int b = tid; b < p.batch; b += kThreads) my_pages += seq_extent(p, p.seq_lens[b]).num_pages;
-  const Division div = divide_pages(cta_sum<kWarps>(my_pages, sm.warp_sums, warp, lane) * H, grid,
-                                    kWarps, kStages - 1);
-  const int64_t total = div.total, per_warp = div.per_warp, cta_pages = div.cta_pages;
-  const int64_t cta_begin = min(cta * cta_pages, total), cta_end = min(cta_begin + cta_pages, total);
-
-  // Each warp's first request: the one whose segments hold page
-  // cta_begin + w per_warp, from an exclusive prefix sum over the requests,
-  // a block of requests at a time (stopping once past this CTA's pages).
+  // Thread tid takes requests kPer tid .. kPer tid + kPer - 1 of each block of
+  // kPer kThreads: a batch of up to 4 kThreads is one round of loads and one
+  // scan; a larger one takes a pass for the total and another for the starts.
+  constexpr int kPer = 4, kBlock = kPer * kThreads;
   if (lane == 0) {
     sm.pieces[warp][0].b = sm.pieces[warp][1].b = -1;
     sm.starts[warp].b = -1;
   }
+  RequestBlock<kPer> blk = scan_block<kWarps, kPer>(p, 0, sm.warp_sums, 0, tid);
+  int64_t batch_pages = blk.total;
+  int parity = 1;
+  for (int base = kBlock; base < p.batch; base += kBlock, parity ^= 1)
+    batch_pages += scan_block<kWarps, kPer>(p, base, sm.warp_sums, parity, tid).total;
+  const Division div = divide_pages(batch_pages * H, grid, kWarps, kStages - 1);
+  const int64_t total = div.total, per_warp = div.per_warp, cta_pages = div.cta_pages;
+  const int64_t cta_begin = min(cta * cta_pages, total), cta_end = min(cta_begin + cta_pages, total);
+
+  // Each warp's first request: the one whose segments hold page
+  // cta_begin + w per_warp, from the exclusive prefix sum over the requests
+  // (stopping once past this CTA's pages; the first block's scan is reused).
   int64_t before = 0;  // pages of the requests ahead of this block of them
   for (int base = 0; cta_begin < cta_end && base < p.batch && before * H < cta_end;
-       base += kThreads) {
-    const int b = base + tid;
-    const int64_t n = b < p.batch ? seq_extent(p, p.seq_lens[b]).num_pages : 0;
-    int64_t incl = n;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int64_t x = __shfl_up_sync(kFullMask, incl, off);
-      if (lane >= off) incl += x;
+       base += kBlock) {
+    if (base > 0) {
+      blk = scan_block<kWarps, kPer>(p, base, sm.warp_sums, parity, tid);
+      parity ^= 1;
     }
-    if (lane == 31) sm.warp_sums[warp] = incl;
-    __syncthreads();
-    int64_t ahead = before, block_total = 0;
+    int64_t excl = before + blk.excl;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      ahead += w < warp ? sm.warp_sums[w] : 0;
-      block_total += sm.warp_sums[w];
-    }
-    const int64_t excl = ahead + incl - n;
-    if (n > 0) {
+    for (int i = 0; i < kPer; ++i) {
+      if (blk.n[i] > 0) {
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const int64_t x = cta_begin + w * per_warp;
-        if (x < cta_end && x >= H * excl && x < H * (excl + n)) sm.starts[w] = {b, excl};
+        for (int w = 0; w < kWarps; ++w) {
+          const int64_t x = cta_begin + w * per_warp;
+          if (x < cta_end && x >= H * excl && x < H * (excl + blk.n[i]))
+            sm.starts[w] = {base + kPer * tid + i, excl};
+        }
       }
+      excl += blk.n[i];
     }
-    before += block_total;
-    __syncthreads();  // warp_sums is reused
+    before += blk.total;
   }
   __syncthreads();
 
@@ -320,15 +346,6 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // prologue overlaps this call's stream where an SM has room.
   ptx::launch_dependents();
   issue_leading(ring, span, bt_cur, current_page, true, lane);
-
-  // seq_len-0 requests have no pages: CTA c zeroes requests c, c + grid, ...
-  for (int b = cta; b < p.batch; b += grid) {
-    if (seq_extent(p, p.seq_lens[b]).num_pages > 0) continue;
-    uint16_t* row0 = p.out + b * p.out_stride_b;
-    for (int i = tid; i < H * kGqa * (kHeadDim / 8); i += kThreads)
-      ptx::st_global_u32x4(row0 + (i / (kHeadDim / 8)) * p.out_stride_h + (i % (kHeadDim / 8)) * 8,
-                           0u, 0u, 0u, 0u);
-  }
 
   // ---- stream the pieces ---------------------------------------------------
   // Refilled after the wait, a ring keeps one page fewer in flight (a shorter
@@ -408,6 +425,17 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         issue_leading(ring, span, bt_cur, -1, false, lane);
       }
     }
+  }
+
+  // seq_len-0 requests have no pages: CTA c zeroes requests c, c + grid, ...
+  // (here, while the CTA's slowest warp may still stream, not on the way to
+  // the first page).
+  for (int b = cta; b < p.batch; b += grid) {
+    if (seq_extent(p, p.seq_lens[b]).num_pages > 0) continue;
+    uint16_t* row0 = p.out + b * p.out_stride_b;
+    for (int i = tid; i < H * kGqa * (kHeadDim / 8); i += kThreads)
+      ptx::st_global_u32x4(row0 + (i / (kHeadDim / 8)) * p.out_stride_h + (i % (kHeadDim / 8)) * 8,
+                           0u, 0u, 0u, 0u);
   }
 
   // ---- merge the pieces split over this CTA's warps ------------------------

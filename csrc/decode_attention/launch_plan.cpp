@@ -69,6 +69,12 @@ cudaError_t prepare(const Variant& v, int device, int smem_bytes, bool sliding, 
   cudaError_t err = cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin);
+  // The SMs' shared memory at its largest: else the driver may carve out just
+  // enough for one CTA of a kernel, and a balanced CTA's PDL successor would
+  // find no room beside it.
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(k.fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared);
   if (err == cudaSuccess && v.cluster > 8)
     err = cudaFuncSetAttribute(k.fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
