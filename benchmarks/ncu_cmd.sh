@@ -1,4 +1,4 @@
-bash benchmarks/device_run.sh build >/dev/null 2>&1; grep build device_out/summary.txt
+bash benchmarks/device_run.sh build >/dev/null 2>&1; grep build "$OUT/summary.txt"
 export PYTHONPATH=$PWD/python
 for spec in "b1_l8k legacy" "b1_l8k w8s2" "swa128_b64 legacy" "swa128_b64 w4s3"; do
   set -- $spec
