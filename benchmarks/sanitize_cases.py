@@ -5,15 +5,10 @@ before and after the wait. Checks results loosely so a run that is silently
 wrong still fails."""
 
 import os
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from conftest import check_vs_f64 as check  # noqa: E402
-from conftest import cuda_inputs as make_inputs  # noqa: E402
-
-from flint_attention.testing import reference_decode_attention as reference  # noqa: E402
+from flint_attention.testing import BF16_VS_F64, assert_close, make_paged_inputs, reference_decode_attention
 
 CASES = [  # (config or None for the heuristic, seq_lens, kv heads, window)
     (None, [0, 17, 300, 33], 2, None),
@@ -57,9 +52,10 @@ def set_env(name, value):
 for cfg, seq_lens, kvh, window, *refill in CASES + FORCED_REFILL:
     set_env("FLINT_LAUNCH_CONFIG", cfg)
     set_env("FLINT_REFILL_AFTER_WAIT", refill[0] if refill else None)
-    q, kv, bt, sl, sinks, out = make_inputs(seq_lens, kvh, window)
-    torch.ops.flint.decode_attention(q, kv, bt, sl, sinks, window, 0.088, out)
+    inp = make_paged_inputs(len(seq_lens), seq_lens, kvh, window, "cuda")
+    args = (inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, 0.088)
+    torch.ops.flint.decode_attention(*args, inp.out)
     torch.cuda.synchronize()
-    check(out, reference(q, kv, bt, sl, sinks, window, 0.088))
+    assert_close(inp.out, reference_decode_attention(*args), BF16_VS_F64)
     print(f"ok {cfg} {seq_lens} kvh={kvh} window={window} refill={refill}", flush=True)
 print("sanitize cases done")
