@@ -60,7 +60,8 @@ def test_page_span_and_summary():
     s = S.LengthSummary.of([100, 0, 20, 0, 35], window=None)
     assert (s.count, s.padding, s.min, s.median, s.max) == (5, 2, 20, 35, 100)
     assert s.attended_tokens == 155 and s.attended_pages == 7 + 2 + 3
-    assert "3 requests + 2 padding" in s.describe()
+    assert s.describe() == "3 requests + 2 padding, lengths 20/35/100 (min/median/max), 12 attended pages"
+    assert S.LengthSummary.of([64, 64, 0]).describe() == "2 x 64 + 1 padding, 8 attended pages"
 
 
 def test_block_tables_distinct_attended_pages():

@@ -135,9 +135,13 @@ class LengthSummary:
         )
 
     def describe(self) -> str:
+        n = self.count - self.padding
         pad = f" + {self.padding} padding" if self.padding else ""
-        return (f"{self.count - self.padding} requests{pad}, lengths {self.min}/"
-                f"{self.median:g}/{self.max} (min/median/max), {self.attended_pages} attended pages")
+        lens = (f" x {self.max}" if self.min == self.max else
+                f" requests{pad}, lengths {self.min}/{self.median:g}/{self.max} (min/median/max)")
+        if self.min == self.max:
+            lens = f"{lens}{pad}"
+        return f"{n}{lens}, {self.attended_pages} attended pages"
 
 
 # --- block tables -------------------------------------------------------------------------
