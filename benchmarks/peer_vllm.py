@@ -284,10 +284,11 @@ def warm_spec(batch: int, kv_heads: int, window, kv_dtype: str, width: int) -> d
 
 def compile_group(spec: dict) -> tuple:
     """What (roughly) selects a distinct Triton compilation of the kernels for
-    a call of this shape: split-K or 2D, window or not, cache dtype, and the
-    batch size's integer specialization (1, a multiple of 16, other)."""
-    b = spec["batch"]
-    return (uses_split_kernel(b, spec["kv_heads"]), bool(spec["window"]), spec["kv_dtype"], b == 1, b % 16 == 0)
+    a call of this shape: split-K or 2D, window or not, cache dtype, kv heads
+    (num_query_heads is a constexpr) and the batch size's integer
+    specialization (1, a multiple of 16, other)."""
+    b, kvh = spec["batch"], spec["kv_heads"]
+    return (uses_split_kernel(b, kvh), bool(spec["window"]), spec["kv_dtype"], kvh, b == 1, b % 16 == 0)
 
 
 def partition(specs: list[dict], n: int) -> list[list[dict]]:
@@ -345,6 +346,27 @@ def warm(specs: list[dict], log=print) -> int:
         except Exception as e:  # noqa: BLE001 (the worker compiles it itself then)
             log(f"[triton-warm] {s}: failed: {type(e).__name__}: {str(e)[:300]}")
     return done
+
+
+def compile_check(specs: list[dict], log=print) -> int:
+    """warm() on a machine without a GPU: Triton's driver is replaced by one
+    that names an sm_90 target (no device is touched), so the kernels compile
+    to cubins for Hopper with the installed triton and ptxas."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class _Hopper:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    driver.set_active(_Hopper())  # for this process's life (a check's own process)
+    return warm(specs, log)
 
 
 # --- checking the mapping on the CPU ------------------------------------------------------
@@ -430,16 +452,19 @@ def cpu_check(peer_dir: Path | None = None) -> list[str]:
 
 if __name__ == "__main__":
     usage = ("usage: TRITON_INTERPRET=1 python benchmarks/peer_vllm.py --cpu-check\n"
-             "       python benchmarks/peer_vllm.py --warm SPECS.json")
+             "       python benchmarks/peer_vllm.py --warm SPECS.json            (GPU machine)\n"
+             "       python benchmarks/peer_vllm.py --compile-check SPECS.json   (no GPU needed)")
     import checkout
 
     checkout.use_this_checkout()
     if sys.argv[1:] == ["--cpu-check"]:
         for line in cpu_check():
             print(line, flush=True)
-    elif len(sys.argv) == 3 and sys.argv[1] == "--warm":
+    elif len(sys.argv) == 3 and sys.argv[1] in ("--warm", "--compile-check"):
         todo = json.loads(Path(sys.argv[2]).read_text())
-        n = warm(todo, lambda msg: print(msg, file=sys.stderr, flush=True))
+        fn = warm if sys.argv[1] == "--warm" else compile_check
+        n = fn(todo, lambda msg: print(msg, file=sys.stderr, flush=True))
         print(f"[triton-warm] {n} of {len(todo)} compiled", file=sys.stderr, flush=True)
+        sys.exit(0 if n == len(todo) else 1)
     else:
         sys.exit(usage)
