@@ -150,13 +150,45 @@ class Prebuild:
         return time.time() - t0
 
 
+def trace_call(kw: dict) -> dict:
+    """Runs trtllm_batch_decode_with_kv_cache(**kw) on CPU tensors down to
+    the compiled XQA module's entry, which is replaced by a recorder (as are
+    the two device queries on the way: SM count 132, compute capability 9.0).
+    Returns what the module would be built from and called with."""
+    import importlib
+    from unittest import mock
+
+    # The modules (flashinfer's package namespace exports functions of these names).
+    fd = importlib.import_module("flashinfer.decode")
+    fx = importlib.import_module("flashinfer.xqa")
+
+    seen: dict = {}
+
+    class Module:
+        def xqa(self, *args):
+            names = ("run_sm90_fp8_mha", "sm_count", "num_kv_heads", "sliding_win_size", "q_scale", "output",
+                     "rcp_out_scale", "q", "sinks", "k_cache", "v_cache", "k_sf_cache", "v_sf_cache",
+                     "page_table", "max_seq_len", "seq_lens", "batch_size", "kv_scale", "semaphores",
+                     "workspace_buffer", "enable_pdl", "q_seq_len", "q_cu_seq_lens", "mask")
+            seen["call"] = dict(zip(names, args))
+
+    def get_module(*args):
+        seen["module"] = args
+        return Module()
+
+    with mock.patch.object(fx, "get_compute_capability", lambda device: (9, 0)), \
+            mock.patch.object(fx, "get_xqa_module", get_module), \
+            mock.patch.object(fd, "get_device_sm_count", lambda device: 132):
+        fd.trtllm_batch_decode_with_kv_cache(**kw)
+    return seen
+
+
 def cpu_check() -> str:
     """What can be checked of the XQA mapping without a GPU: the scales give
-    the intended logits and output, and, where flashinfer imports, the keyword
-    arguments bind to trtllm_batch_decode_with_kv_cache and module_args to
-    gen_xqa_module."""
-    import inspect
-
+    the intended logits and output; where flashinfer imports, a call on CPU
+    tensors traced down to the XQA module's entry (trace_call): the module is
+    the one prebuilt, the fp8 path takes the Hopper fp8 kernel, and the scales,
+    window, sinks and cache views arrive as intended."""
     import torch
 
     scale, ks, vs = HEAD_DIM**-0.5, 4.0 / 448, 8.0 / 448
@@ -165,22 +197,34 @@ def cpu_check() -> str:
         want = (scale * ks, vs) if fp8 else (scale, 1.0)
         assert abs(logit - want[0]) < 1e-9 * want[0] and abs(outs - want[1]) < 1e-12, (fp8, logit, outs)
     try:
-        import_flashinfer()
-        from flashinfer.decode import trtllm_batch_decode_with_kv_cache
-        from flashinfer.jit.xqa import gen_xqa_module
+        fi = import_flashinfer()
     except Exception as e:  # noqa: BLE001
         return (f"xqa: scale mapping ok; flashinfer not importable here ({type(e).__name__}: "
-                f"{str(e)[:200]}), so its signature was not checked")
-    sig = inspect.signature(trtllm_batch_decode_with_kv_cache)
+                f"{str(e)[:200]}), so the call was not traced")
+    kvh, batch = 2, 3
     for dtype in (torch.bfloat16, torch.float8_e4m3fn):
-        kv = torch.zeros(4, 2, PAGE_TOKENS, 2 * HEAD_DIM).to(dtype)
-        q = torch.zeros(2, 16, HEAD_DIM, dtype=torch.bfloat16)
-        kw = call_kwargs(q, kv, torch.zeros(16, dtype=torch.uint8), torch.zeros(2, 4, dtype=torch.int32),
-                         torch.ones(2, dtype=torch.int32), torch.zeros(16), 128, scale, torch.empty_like(q),
-                         64, ks, vs)
-        sig.bind(**kw)
-        inspect.signature(gen_xqa_module).bind(*module_args(dtype != torch.bfloat16, True))
-    import flashinfer
-
-    return (f"xqa: scale mapping ok; call arguments bind to flashinfer {flashinfer.__version__}'s "
-            "trtllm_batch_decode_with_kv_cache (bf16 and fp8) and gen_xqa_module")
+        fp8 = dtype != torch.bfloat16
+        for window in (None, 128):
+            kv = torch.zeros(6, kvh, PAGE_TOKENS, 2 * HEAD_DIM).to(dtype)
+            q = torch.zeros(batch, GQA * kvh, HEAD_DIM, dtype=torch.bfloat16)
+            out = torch.empty_like(q)
+            kw = call_kwargs(q, kv, torch.zeros(16 << 20, dtype=torch.uint8),
+                             torch.zeros(batch, 4, dtype=torch.int32), torch.ones(batch, dtype=torch.int32),
+                             torch.zeros(GQA * kvh), window, scale, out, 64,
+                             ks if fp8 else None, vs if fp8 else None)
+            seen = trace_call(kw)
+            c, what = seen["call"], f"{'fp8' if fp8 else 'bf16'} window {window}"
+            assert seen["module"] == module_args(fp8, window is not None), (what, seen["module"])
+            assert c["run_sm90_fp8_mha"] == fp8 and c["sliding_win_size"] == (window or 0), what
+            logit = c["q_scale"] * (c["kv_scale"] if fp8 else 1.0) / HEAD_DIM**0.5
+            assert abs(logit - scale * (ks if fp8 else 1.0)) < 1e-9, (what, logit)
+            assert not fp8 or abs(c["kv_scale"] - vs) < 1e-12, (what, c["kv_scale"])
+            assert tuple(c["sinks"].shape) == (kvh, GQA) and c["num_kv_heads"] == kvh, what
+            k, v = c["k_cache"], c["v_cache"]  # NHD views of the HND cache, no copy
+            assert k.data_ptr() == kv.data_ptr() and v.data_ptr() == kv.data_ptr() + HEAD_DIM * kv.element_size()
+            assert tuple(k.shape) == (6, PAGE_TOKENS, kvh, HEAD_DIM) and k.stride() == (
+                kvh * PAGE_TOKENS * 2 * HEAD_DIM, 2 * HEAD_DIM, PAGE_TOKENS * 2 * HEAD_DIM, 1), what
+            assert c["output"].data_ptr() == out.data_ptr() and c["batch_size"] == batch, what
+    return (f"xqa: scale mapping ok; calls on bf16 and fp8 caches, with and without a window, traced "
+            f"through flashinfer {fi.__version__} down to the XQA module: the prebuilt modules, the "
+            f"Hopper fp8 kernel for fp8, scales, window, sinks and zero-copy cache views as intended")
