@@ -298,7 +298,24 @@ def emit(text: str = "") -> None:
 
 
 def final_report(args, meta, ceiling, results, json_path: Path, png_path: Path) -> None:
+    """The block for RESULTS.md (with the full table) first, then the compact
+    table, the summary and where the files are: the tail of the output is
+    what a reader sees first."""
     report.annotate(results)
+    report.write_json(json_path, meta, ceiling, results)
+    png_line = ""
+    if not args.no_plot:
+        try:
+            png_line = report.plot(png_path, ceiling, results)
+        except Exception as e:  # noqa: BLE001 (a plot failure must not lose the results)
+            png_line = f"plot failed: {type(e).__name__}: {e}"
+    emit("----- paste into benchmarks/RESULTS.md -----")
+    emit(report.results_block(meta, ceiling, results))
+    emit("----- end -----")
+    et = report.eager_table(results)
+    if et:
+        emit("\nEager loops vs graph replay (µs per call):\n")
+        emit(et)
     emit()
     emit(report.ceiling_line(ceiling))
     emit()
@@ -306,26 +323,15 @@ def final_report(args, meta, ceiling, results, json_path: Path, png_path: Path) 
     emit()
     for line in report.summary_lines(results):
         emit(line)
-    for line in report.notes(results):
-        emit(line)
     for m in meta.get("failed_rows", []):
         emit(f"- row failed: {m}")
     for m in meta.get("skipped", []):
         emit(f"- {m}")
-    et = report.eager_table(results)
-    if et:
-        emit("\nEager loops vs graph replay (µs per call):\n")
-        emit(et)
-    report.write_json(json_path, meta, ceiling, results)
+    for m in meta.get("restarts", []):
+        emit(f"- worker restarted: {m}")
     emit(f"\njson: {json_path}")
-    if not args.no_plot:
-        try:
-            emit(report.plot(png_path, ceiling, results))
-        except Exception as e:  # noqa: BLE001 (a plot failure must not lose the results)
-            emit(f"plot failed: {type(e).__name__}: {e}")
-    emit("\n----- paste into benchmarks/RESULTS.md -----")
-    emit(report.results_block(meta, ceiling, results))
-    emit("----- end -----")
+    if png_line:
+        emit(png_line)
 
 
 def paths(args, stamp: str, out_dir: Path) -> tuple[Path, Path]:
