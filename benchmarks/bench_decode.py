@@ -74,8 +74,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
+import hashlib
 import json
-import math
 import os
 import re
 import subprocess
@@ -694,7 +694,7 @@ class Worker:
 
     def run(self, rows: list[grid.Row], shared=None) -> None:
         """Measures ``rows`` (bf16 rows and twins), twins on shared inputs."""
-        args, torch, G = self.args, self.torch, self.G
+        args, G = self.args, self.G
         bases = base_rows(rows)
         t_start = time.time()
         for i, base in enumerate(bases):
@@ -867,7 +867,11 @@ def worker_main(args) -> int:
 
 
 def progress_path(json_path: Path) -> Path:
-    return json_path.with_suffix(".progress.json")
+    """Where the worker says what it runs now: in the temp folder (not beside
+    the JSON: the device tool returns at most 8 files from $OUT), named after
+    the JSON's path so that supervisor and worker agree on it."""
+    tag = hashlib.sha1(str(json_path.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"flint-bench-{tag}.progress.json"
 
 
 def write_progress(json_path: Path, cur: dict | None) -> None:
@@ -918,9 +922,9 @@ def start_jit_warmers(args, json_path: Path) -> list:
         return []
     specs = vllm_specs(args.row_list)
     procs = []
+    folder = Path(tempfile.mkdtemp(prefix="flint-bench-warm-"))
     for i, part in enumerate(peer_vllm.partition(specs, args.jit_warmers)):
-        path = json_path.with_suffix(f".warm{i}.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = folder / f"specs{i}.json"
         path.write_text(json.dumps(part))
         procs.append(subprocess.Popen([sys.executable, str(HERE / "peer_vllm.py"), "--warm", str(path)]))
     log(f"compiling vLLM's Triton kernels ahead in {len(procs)} processes ({len(specs)} call shapes)")
@@ -943,8 +947,6 @@ def supervise(args, argv: list[str]) -> int:
             if w.poll() is None:
                 w.kill()
                 w.wait()
-        for path in json_path.parent.glob(json_path.stem + ".warm*.json"):
-            path.unlink(missing_ok=True)
         progress_path(json_path).unlink(missing_ok=True)
 
 

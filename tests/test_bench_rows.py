@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
