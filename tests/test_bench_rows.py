@@ -30,6 +30,12 @@ bench = load("bench_decode")
 
 RECORDED_RUN = BENCH / "results" / "bench_20261130-121706.json"
 
+
+@pytest.fixture(autouse=True)
+def _no_progress_file_left(tmp_path):
+    yield
+    bench.progress_path(tmp_path / "run.json").unlink(missing_ok=True)
+
 LEGACY = [("b1_l1k", 1, 8, 1024, None), ("b1_l8k", 1, 8, 8192, None), ("b1_l32k", 1, 8, 32768, None),
           ("b1_l128k", 1, 8, 131072, None), ("b4_l8k", 4, 8, 8192, None), ("b16_l8k", 16, 8, 8192, None),
           ("b64_l8k", 64, 8, 8192, None), ("b256_l2k", 256, 8, 2048, None), ("b64_l32k", 64, 8, 32768, None),
