@@ -30,18 +30,20 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=30)
     p.add_argument("--impl", choices=("flint", "flint-legacy"), default="flint")
     p.add_argument("--pool-gib", type=float, default=24.0)
+    p.add_argument("--device", default="cuda", help="cpu: the same calls on the CPU path (a check)")
     args = p.parse_args()
     rows = grid.select_rows(args.row, kv_dtypes=("bf16",) if not args.row.endswith("_fp8") else ("fp8",))
     row = rows[0]
     base = row.as_dtype("bf16")
     n_sets = grid.num_sets(row, 2 * grid.L2_BYTES_DEFAULT)
-    shared = (G.SharedPools(int(args.pool_gib * 2**30), "cuda", 0, row.kv_dtype == "fp8")
+    shared = (G.SharedPools(int(args.pool_gib * 2**30), args.device, 0, row.kv_dtype == "fp8")
               if row.placement == "pool" else None)
-    inp = G.build_inputs(base, {row.kv_dtype: n_sets}, shared, seed=1, device="cuda")
+    inp = G.build_inputs(base, {row.kv_dtype: n_sets}, shared, seed=1, device=args.device)
     impl = (G.make_flint if args.impl == "flint" else G.make_flint_legacy)(inp, row.kv_dtype)
     for i in range(args.calls):
         impl.fns[i % len(impl.fns)]()
-    torch.cuda.synchronize()
+    if args.device == "cuda":
+        torch.cuda.synchronize()
     print(f"{row.name} ({args.impl}{', ' + impl.note if impl.note else ''}): {args.calls} calls over "
           f"{n_sets} input sets")
 
