@@ -1,147 +1,181 @@
-"""GPU side of the decode benchmark: input sets, a float64 reference, timing
-(CUDA-graph replay and eager loops), the HBM read ceiling and the
-implementations under test (Flint, FlashInfer XQA / batch decode, torch SDPA).
-Imported only when a CUDA GPU is there."""
+"""Device side of the decode benchmark: input sets, the output check, timing
+(CUDA-graph replay, eager loops), the HBM read ceiling and the
+implementations under test (Flint and its legacy plan, FlashInfer XQA, vLLM's
+Triton unified attention, torch SDPA).
+
+Importable without a GPU: --dry-run and the CPU tests build the same inputs on
+the CPU (with a small pool) and run the peers' argument mapping there.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import os
 import statistics
-import sys
+import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from bench_grid import GQA, HEAD_DIM, PAGE_TOKENS, SCALE, Row, format_config
+import bench_grid as grid
+import peer_vllm
+import peer_xqa
+from bench_grid import GQA, HEAD_DIM, PAGE_TOKENS, SCALE, Row
+from flint_attention.testing import BF16_VS_F64, Tolerance, error_report, reference_decode_attention
+from flint_attention.testing import serving as S
 
-REPO = Path(__file__).resolve().parents[1]
-FLINT_ENV = "FLINT_LAUNCH_CONFIG"
+FP8 = torch.float8_e4m3fn
+DTYPES = {"bf16": torch.bfloat16, "fp8": FP8}
+# Per-tensor fp8 scales (dequantized = stored x scale): 4 / 448 is what
+# calibrating unit-variance data gives; V's differs so that a peer that mixes
+# the two up fails its check.
+K_SCALE = 4.0 / 448
+V_SCALE = 8.0 / 448
+
+# Flint is held to the package's documented bound (bf16 and fp8 alike). Peers
+# round differently (XQA's fp8 kernel feeds Q and P to fp8 tensor cores, vLLM
+# rounds dequantized K/V to bf16), so they get looser bounds that still fail a
+# dropped sink, a wrong window or a mixed-up fp8 scale (rel. error ~0.5 or more;
+# tests/test_bench_rows.py checks that on these inputs).
+FLINT_TOL = BF16_VS_F64
+PEER_TOL = {"bf16": Tolerance(rel_fro=3e-2, atol=2**-5, rtol=2**-6),
+            "fp8": Tolerance(rel_fro=0.15, atol=2**-3, rtol=2**-4)}
+
+
+class Unavailable(Exception):
+    """An implementation that cannot run here (reason in the message)."""
 
 
 # --- inputs -----------------------------------------------------------------------------
 
 
-@dataclass
-class InputSet:
-    q: torch.Tensor  # [B, Hq, 128] bf16
-    kv: torch.Tensor  # [num_blocks, kvH, 16, 256] bf16, only attended pages allocated
-    block_tables: torch.Tensor  # [B, num_pages] int32, shuffled block ids
+class SharedPools:
+    """The serving rows' KV pool: one bf16 allocation of ``nbytes`` filled
+    once with unit-variance values and, when fp8 rows run, its quantized fp8
+    twin (the same values, block for block, at per-tensor scales)."""
+
+    def __init__(self, nbytes: int, device, seed: int, fp8: bool):
+        self.bf16 = S.KVPool.of_bytes(nbytes, 8, torch.bfloat16, device)
+        self.bf16.fill_random(seed)
+        self.k_scale = torch.tensor([K_SCALE], dtype=torch.float32, device=device)
+        self.v_scale = torch.tensor([V_SCALE], dtype=torch.float32, device=device)
+        self.fp8 = self.bf16.quantized_twin(self.k_scale, self.v_scale) if fp8 else None
+
+    def pool(self, kv_dtype: str) -> S.KVPool:
+        p = self.bf16 if kv_dtype == "bf16" else self.fp8
+        if p is None:
+            raise RuntimeError("the fp8 pool was not made (no fp8 rows were selected)")
+        return p
 
 
 @dataclass
 class RowInputs:
-    row: Row
-    sets: list[InputSet]
-    seq_lens: torch.Tensor  # [B] int32, all = L
+    """One row's inputs, shared by its bf16 row and fp8 twin: the same
+    lengths, q sets, block tables and sinks; the cache of each dtype."""
+
+    row: Row  # the bf16 row
+    seq_lens: torch.Tensor  # [B] int32
     sinks: torch.Tensor  # [Hq] fp32
-    dense: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    qs: list[torch.Tensor]  # per set [B, Hq, 128] bf16
+    tables: list[torch.Tensor]  # per set [B, width] int32
+    caches: dict[str, torch.Tensor]  # kv dtype -> [num_blocks, kvH, 16, 256]
+    k_scale: torch.Tensor
+    v_scale: torch.Tensor
+    n_sets: dict[str, int]  # sets each dtype rotates over (a prefix of qs / tables)
+    owned: list = field(default_factory=list)  # compact pools, freed with the inputs
+    dense: list = field(default_factory=list)  # SDPA's (K, V) per set
+    refs: dict = field(default_factory=dict)
+
+    @property
+    def device(self):
+        return self.seq_lens.device
+
+    def cache(self, kv_dtype: str) -> torch.Tensor:
+        return self.caches[kv_dtype]
+
+    def scales(self, kv_dtype: str):
+        return (self.k_scale, self.v_scale) if kv_dtype == "fp8" else (None, None)
+
+    def sets(self, kv_dtype: str) -> range:
+        return range(self.n_sets[kv_dtype])
 
 
-def make_inputs(row: Row, n_sets: int, seed: int, device) -> RowInputs:
-    """Random bf16 unit-variance q/K/V per set; each set its own cache whose
-    blocks are the attended pages of every request, in shuffled order. Block
-    table entries left of a sliding window (never attended) point at random
-    blocks of the same set, so a kernel that reads them still reads finite
-    data."""
-    g = torch.Generator(device=device)
-    g.manual_seed(seed)
-    B, H, P = row.batch, row.kv_heads, row.pages_touched
-    sets = []
-    for _ in range(n_sets):
-        q = torch.randn(B, row.num_heads, HEAD_DIM, generator=g, device=device, dtype=torch.bfloat16)
-        kv = torch.randn(row.num_blocks, H, PAGE_TOKENS, 2 * HEAD_DIM, generator=g, device=device,
-                         dtype=torch.bfloat16)
-        perm = torch.randperm(row.num_blocks, generator=g, device=device).to(torch.int32)
-        bt = torch.empty(B, row.num_pages, dtype=torch.int32, device=device)
-        bt[:, row.start_page:] = perm.view(B, P)
-        if row.start_page > 0:
-            bt[:, : row.start_page] = torch.randint(
-                0, row.num_blocks, (B, row.start_page), generator=g, device=device, dtype=torch.int32)
-        sets.append(InputSet(q, kv, bt))
-    seq_lens = torch.full((B,), row.seq_len, dtype=torch.int32, device=device)
-    # Sinks around log(attended positions): the sink takes a large share of the
-    # softmax, so a kernel (or a call) that drops it fails the check.
-    sinks = (math.log(row.attended) + torch.randn(row.num_heads, generator=g, device=device)).float()
-    return RowInputs(row, sets, seq_lens, sinks)
+def draw_tables(row: Row, num_blocks: int, n_sets: int, seed: int) -> torch.Tensor:
+    """[n_sets, B, width] int32 (CPU): the row's placements. Pool rows draw
+    every request's attended pages at random from the whole pool; compact rows
+    give each set its own range of exactly its attended blocks, in shuffled
+    order (as the earlier runs did)."""
+    if row.placement == "pool":
+        return S.draw_block_tables(row.seq_lens, row.window, num_blocks, row.width, n_sets, seed)
+    per_set = row.attended_blocks
+    assert num_blocks >= per_set * n_sets, (num_blocks, per_set, n_sets)
+    tables = []
+    for s in range(n_sets):
+        t = S.draw_block_tables(row.seq_lens, row.window, per_set, row.width, 1, seed + s)
+        tables.append(t + s * per_set)
+    return torch.cat(tables)
 
 
-def _attended_rows(row: Row, kv: torch.Tensor, bt_row: torch.Tensor) -> torch.Tensor:
-    """[kvH, attended, 256] rows of one request, in position order."""
-    pages = kv[bt_row[row.start_page:].long()]  # [P, kvH, 16, 256]
-    x = pages.permute(1, 0, 2, 3).reshape(row.kv_heads, -1, 2 * HEAD_DIM)
-    off = row.start_tok - row.start_page * PAGE_TOKENS
-    return x[:, off: off + row.attended]
+def build_inputs(row: Row, n_sets: dict[str, int], shared: SharedPools | None, seed: int,
+                 device) -> RowInputs:
+    """Inputs for ``row`` (bf16) and the twins in ``n_sets`` (dtype -> sets)."""
+    total = max(n_sets.values())
+    owned = []
+    if row.placement == "pool":
+        assert shared is not None, "pool rows need the shared pools"
+        pools = {d: shared.pool(d) for d in n_sets}
+        k_scale, v_scale = shared.k_scale, shared.v_scale
+    else:
+        bf16 = S.KVPool(total * row.attended_blocks, row.kv_heads, torch.bfloat16, device)
+        bf16.fill_random(seed)
+        k_scale = torch.tensor([K_SCALE], dtype=torch.float32, device=device)
+        v_scale = torch.tensor([V_SCALE], dtype=torch.float32, device=device)
+        pools = {"bf16": bf16}
+        if "fp8" in n_sets:
+            pools["fp8"] = bf16.quantized_twin(k_scale, v_scale)
+        owned = list(pools.values())
+        if "bf16" not in n_sets:
+            pools.pop("bf16")
+    num_blocks = next(iter(pools.values())).blocks(row.kv_heads)
+    tables = draw_tables(row, num_blocks, total, seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    qs = [torch.randn(row.batch, row.num_heads, HEAD_DIM, generator=gen, device=device,
+                      dtype=torch.bfloat16) for _ in range(total)]
+    # Sinks around log(median attended positions): the sink takes a large share
+    # of the softmax, so a kernel (or a call) that drops it fails the check.
+    attended = [len(S.attended_span(n, row.window)) for n in row.seq_lens if n > 0]
+    centre = math.log(statistics.median(attended)) if attended else 0.0
+    sinks = (centre + torch.randn(row.num_heads, generator=gen, device=device)).float()
+    return RowInputs(
+        row=row,
+        seq_lens=torch.tensor(row.seq_lens, dtype=torch.int32, device=device),
+        sinks=sinks, qs=qs, tables=[t.to(device) for t in tables],
+        caches={d: p.view(row.kv_heads) for d, p in pools.items()},
+        k_scale=k_scale, v_scale=v_scale, n_sets=dict(n_sets), owned=owned,
+    )
 
 
-def build_dense(inp: RowInputs) -> None:
-    """Unpaged contiguous K, V [B, kvH, attended, 128] per set, for SDPA."""
-    row = inp.row
-    inp.dense = []
-    for s in inp.sets:
-        k = torch.empty(row.batch, row.kv_heads, row.attended, HEAD_DIM, dtype=torch.bfloat16,
-                        device=s.kv.device)
-        v = torch.empty_like(k)
-        for b in range(row.batch):
-            x = _attended_rows(row, s.kv, s.block_tables[b])
-            k[b].copy_(x[..., :HEAD_DIM])
-            v[b].copy_(x[..., HEAD_DIM:])
-        inp.dense.append((k, v))
+def reference(inp: RowInputs, kv_dtype: str, idx: list[int]) -> torch.Tensor:
+    """float64 [len(idx), Hq, 128] outputs of set 0 for requests ``idx``,
+    gathering only their attended pages (on the inputs' device)."""
+    key = (kv_dtype, tuple(idx))
+    if key not in inp.refs:
+        ks, vs = inp.scales(kv_dtype)
+        sel = torch.tensor(idx, dtype=torch.long, device=inp.device)
+        inp.refs[key] = reference_decode_attention(
+            inp.qs[0][sel], inp.cache(kv_dtype), inp.tables[0][sel], inp.seq_lens[sel], inp.sinks,
+            inp.row.window, SCALE, ks, vs)
+    return inp.refs[key]
 
 
-# --- reference and check ----------------------------------------------------------------
-
-
-def check_requests(row: Row) -> list[int]:
-    return sorted({0, row.batch - 1})
-
-
-def reference(inp: RowInputs, with_sinks: bool) -> dict[int, torch.Tensor]:
-    """float64 outputs [Hq, 128] of set 0 for the checked requests."""
-    row, s = inp.row, inp.sets[0]
-    refs = {}
-    for b in check_requests(row):
-        x = _attended_rows(row, s.kv, s.block_tables[b])
-        outs = []
-        for h in range(row.kv_heads):
-            xh = x[h].double()
-            k, v = xh[:, :HEAD_DIM], xh[:, HEAD_DIM:]
-            qh = s.q[b, h * GQA:(h + 1) * GQA].double()  # [8, 128]
-            logits = (qh @ k.T) * SCALE  # [8, attended]
-            m = logits.amax(-1, keepdim=True)
-            if with_sinks:
-                sk = inp.sinks[h * GQA:(h + 1) * GQA].double().unsqueeze(-1)
-                m = torch.maximum(m, sk)
-            p = torch.exp(logits - m)
-            den = p.sum(-1, keepdim=True)
-            if with_sinks:
-                den = den + torch.exp(sk - m)
-            outs.append((p @ v) / den)
-        refs[b] = torch.cat(outs, 0)
-    return refs
-
-
-def compare(out: torch.Tensor, refs: dict[int, torch.Tensor], tol: float) -> tuple[bool, float, str]:
-    """max |out - ref| / max |ref| over the checked requests; NaN/Inf fail."""
-    worst, detail = 0.0, ""
-    for b, ref in refs.items():
-        o = out[b].double()
-        if not torch.isfinite(o).all():
-            bad = int((~torch.isfinite(o)).sum())
-            return False, float("nan"), f"request {b}: {bad} non-finite outputs"
-        err = (o - ref).abs()
-        rel = float(err.max()) / max(float(ref.abs().max()), 1e-30)
-        if rel > worst:
-            idx = int(err.argmax())
-            head, dim = divmod(idx, HEAD_DIM)
-            worst = rel
-            detail = (f"request {b} head {head} dim {dim}: got {float(o.flatten()[idx]):.5g}, "
-                      f"ref {float(ref.flatten()[idx]):.5g}")
-    return worst <= tol, worst, detail
+def check(out: torch.Tensor, inp: RowInputs, kv_dtype: str, idx: list[int], tol: Tolerance,
+          sinkless: bool = False):
+    """(ok, ErrorReport) of ``out`` (set 0's output) on requests ``idx``."""
+    ref = sdpa_reference(inp, idx) if sinkless else reference(inp, kv_dtype, idx)
+    sel = torch.tensor(idx, dtype=torch.long, device=out.device)
+    rep = error_report(out[sel], ref, tol)
+    return rep.ok(tol), rep
 
 
 # --- timing -----------------------------------------------------------------------------
@@ -173,6 +207,21 @@ def graph_time(fns, n_calls: int, warmup: int, reps: int) -> tuple[float, list[f
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / n_calls)
     del graph
+    return statistics.median(times), times
+
+
+def wall_time(fns, n_calls: int, warmup: int, reps: int) -> tuple[float, list[float]]:
+    """graph_time's CPU stand-in (bench_decode --device cpu, a test of the
+    run's plumbing): median wall-clock µs per call of loops of ``n_calls``."""
+    for _ in range(warmup):
+        for i in range(n_calls):
+            fns[i % len(fns)]()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for i in range(n_calls):
+            fns[i % len(fns)]()
+        times.append((time.perf_counter() - t0) * 1e6 / n_calls)
     return statistics.median(times), times
 
 
@@ -242,173 +291,192 @@ def measure_ceiling(gib: float, log) -> dict:
 # --- implementations --------------------------------------------------------------------
 
 
-class Unavailable(Exception):
-    """An implementation that cannot run here (reason in the message)."""
-
-
 @dataclass
 class Impl:
-    """Per-set zero-argument callables, each returning the [B, Hq, 128] output
-    (a view of it is fine); ``sinks`` says whether the result includes them."""
+    """Per-set zero-argument callables; each returns its set's output (None:
+    it is ``prefill[set]``). The first set's output is checked on requests
+    ``check_idx`` against ``tol`` (``sinkless``: against a reference without
+    sinks)."""
 
     fns: list
-    sinks: bool = True
+    tol: Tolerance
+    check_idx: list[int]
     note: str = ""
-    prefill: list = field(default_factory=list)  # outputs to poison before the check
+    prefill: list = field(default_factory=list)  # outputs poisoned (NaN) before the check
+    sinkless: bool = False
 
 
 def import_flint():
     try:
         import flint_attention
-    except ImportError:
-        sys.path.insert(0, str(REPO / "python"))
-        try:
-            import flint_attention
-        except ImportError as e:
-            raise Unavailable(f"flint_attention not importable (build it first): {e}") from e
+    except ImportError as e:
+        raise Unavailable(f"flint_attention not importable (build it first): {e}") from e
     return flint_attention.flint_decode_attention
 
 
-def make_flint(inp: RowInputs) -> Impl:
-    op = import_flint()
-    row = inp.row
-    fns, outs = [], []
-    for s in inp.sets:
-        out = torch.empty_like(s.q)
-        outs.append(out)
-        fns.append(functools.partial(op, s.q, s.kv, s.block_tables, inp.seq_lens, inp.sinks,
-                                     row.window, SCALE, out))
-    return Impl(fns, True, "", outs)
-
-
-@contextlib.contextmanager
-def environ(env: dict):
-    """The environment variables ``env`` set inside the block, as they were
-    after it (the launcher reads FLINT_* at every call)."""
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+def import_plans():
+    """flint_attention.testing.plans (the kernel engineer's test-only launch
+    plans), or Unavailable("plans unavailable: ...")."""
     try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        from flint_attention.testing import plans
+    except Exception as e:  # noqa: BLE001 (absent today: reported, never fatal)
+        raise Unavailable(f"plans unavailable: {type(e).__name__}: {e}") from e
+    return plans
 
 
-def flint_with_env(impl: Impl, env: dict) -> Impl:
-    """Wrap each call so the environment variables ``env`` are set while it
-    runs (eagerly, or while a graph captures it: the graph keeps the launch
-    the launcher chose then)."""
-
-    def wrap(f):
-        def call():
-            with environ(env):
-                return f()
-        return call
-
-    note = " ".join(f"{k}={v}" for k, v in env.items())
-    return Impl([wrap(f) for f in impl.fns], True, note, impl.prefill)
+def _outs(inp: RowInputs, kv_dtype: str) -> list[torch.Tensor]:
+    return [torch.empty_like(inp.qs[s]) for s in inp.sets(kv_dtype)]
 
 
-def flint_with_config(impl: Impl, cfg) -> Impl:
-    return flint_with_env(impl, {FLINT_ENV: format_config(cfg)})
+def make_flint(inp: RowInputs, kv_dtype: str) -> Impl:
+    op = import_flint()
+    row, kv = inp.row, inp.cache(kv_dtype)
+    ks, vs = inp.scales(kv_dtype)
+    outs = _outs(inp, kv_dtype)
+    fns = [functools.partial(op, inp.qs[s], kv, inp.tables[s], inp.seq_lens, inp.sinks, row.window,
+                             SCALE, outs[s], k_scale=ks, v_scale=vs) for s in inp.sets(kv_dtype)]
+    return Impl(fns, FLINT_TOL, grid.check_requests(row), prefill=outs)
 
 
-def make_flint_nopdl(inp: RowInputs) -> Impl:
-    """flint launched without programmatic dependent launch (FLINT_PDL=0)."""
-    return flint_with_env(make_flint(inp), {"FLINT_PDL": "0"})
+def make_flint_legacy(inp: RowInputs, kv_dtype: str) -> Impl:
+    """The previous kernels' launch heuristic through the test-only plans."""
+    plans = import_plans()
+    row, kv = inp.row, inp.cache(kv_dtype)
+    ks, vs = inp.scales(kv_dtype)
+    outs = _outs(inp, kv_dtype)
+    fns, names = [], set()
+    for s in inp.sets(kv_dtype):
+        plan = plans.legacy_plan(inp.qs[s], kv, inp.tables[s], row.window)
+        names.add(plan.name)
+        fns.append(functools.partial(plans.run_with_plan, plan, inp.qs[s], kv, inp.tables[s],
+                                     inp.seq_lens, inp.sinks, row.window, SCALE, outs[s],
+                                     k_scale=ks, v_scale=vs))
+    return Impl(fns, FLINT_TOL, grid.check_requests(row), "legacy plan " + "/".join(sorted(names)),
+                prefill=outs)
+
+
+def plan_balance(inp_or_shapes, kv_dtype: str, legacy: bool = False) -> dict:
+    """{"plan", "max_pages", "mean_pages", "ratio"} of flint's default plan
+    (or the legacy one) on this row, or {"error": ...}. ``inp_or_shapes`` is a
+    RowInputs or (row, q, kv_cache, block_tables) for --dry-run's meta tensors."""
+    try:
+        plans = import_plans()
+        if isinstance(inp_or_shapes, RowInputs):
+            row, q, kv, bt = (inp_or_shapes.row, inp_or_shapes.qs[0], inp_or_shapes.cache(kv_dtype),
+                              inp_or_shapes.tables[0])
+        else:
+            row, q, kv, bt = inp_or_shapes
+        plan = plans.legacy_plan(q, kv, bt, row.window) if legacy else plans.default_plan(q, kv, row.window)
+        mx, mean = plan.balance(list(row.seq_lens), row.window, row.kv_heads)
+        return {"plan": plan.name, "max_pages": int(mx), "mean_pages": float(mean),
+                "ratio": float(mx) / float(mean) if mean else None}
+    except Exception as e:  # noqa: BLE001 (a balance is information, never fatal)
+        msg = str(e) if isinstance(e, Unavailable) else f"{type(e).__name__}: {e}"
+        return {"error": msg[:500]}
 
 
 _FI_WORKSPACE: dict = {}
-
-
-def import_flashinfer():
-    os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", "/tmp/flint-bench-flashinfer")
-    try:
-        import flashinfer
-        import flashinfer.decode  # noqa: F401
-    except Exception as e:  # noqa: BLE001 (any import failure means missing)
-        raise Unavailable(f"flashinfer not importable: {type(e).__name__}: {e}") from e
-    return flashinfer
+PREBUILD: peer_xqa.Prebuild | None = None  # set by the worker when it starts one
 
 
 def flashinfer_workspace(device) -> torch.Tensor:
     # Zeroed once (XQA's semaphores must start at 0; they reset themselves).
     ws = _FI_WORKSPACE.get(device)
     if ws is None:
-        ws = torch.zeros(256 << 20, dtype=torch.uint8, device=device)
+        ws = torch.zeros(peer_xqa.WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         _FI_WORKSPACE[device] = ws
     return ws
 
 
-def make_xqa(inp: RowInputs) -> Impl:
-    """FlashInfer's Hopper decode (XQA) on zero-copy K/V views of our cache."""
-    fi = import_flashinfer()
-    from flashinfer.decode import trtllm_batch_decode_with_kv_cache
-
-    row = inp.row
-    ws = flashinfer_workspace(inp.seq_lens.device)
-    fns, outs = [], []
-    for s in inp.sets:
-        out = torch.empty_like(s.q)
-        outs.append(out)
-        fns.append(functools.partial(
-            trtllm_batch_decode_with_kv_cache,
-            query=s.q,
-            kv_cache=(s.kv[..., :HEAD_DIM], s.kv[..., HEAD_DIM:]),
-            workspace_buffer=ws,
-            block_tables=s.block_tables,
-            seq_lens=inp.seq_lens,
-            max_seq_len=row.seq_len,
-            bmm1_scale=SCALE,
-            bmm2_scale=1.0,
-            window_left=row.window - 1 if row.window else -1,
-            out=out,
-            sinks=inp.sinks,
-            kv_layout="HND",
-            enable_pdl=True,
-            backend="xqa",
-        ))
-    return Impl(fns, True, f"flashinfer {fi.__version__} backend=xqa", outs)
+def make_xqa(inp: RowInputs, kv_dtype: str, prebuild_timeout: float = 300.0) -> Impl:
+    """FlashInfer's Hopper decode (XQA) on zero-copy K/V views of the cache."""
+    try:
+        fi = peer_xqa.import_flashinfer()
+        from flashinfer.decode import trtllm_batch_decode_with_kv_cache
+    except Exception as e:  # noqa: BLE001 (any import failure means missing)
+        raise Unavailable(f"flashinfer not importable: {type(e).__name__}: {e}") from e
+    if PREBUILD is not None:
+        PREBUILD.wait(prebuild_timeout)
+    row, kv = inp.row, inp.cache(kv_dtype)
+    fp8 = kv_dtype == "fp8"
+    ws = flashinfer_workspace(inp.device)
+    outs = _outs(inp, kv_dtype)
+    fns = []
+    for s in inp.sets(kv_dtype):
+        kw = peer_xqa.call_kwargs(inp.qs[s], kv, ws, inp.tables[s], inp.seq_lens, inp.sinks, row.window,
+                                  SCALE, outs[s], max(row.seq_lens),
+                                  K_SCALE if fp8 else None, V_SCALE if fp8 else None)
+        fns.append(functools.partial(trtllm_batch_decode_with_kv_cache, **kw))
+    note = f"flashinfer {fi.__version__} backend=xqa" + (" (fp8 cache, bf16 q/out)" if fp8 else "")
+    return Impl(fns, PEER_TOL[kv_dtype], grid.check_requests(row, peers=True), note, prefill=outs)
 
 
-def make_fi_batch_decode(inp: RowInputs, max_sets: int = 64) -> Impl:
-    """FlashInfer's BatchDecodeWithPagedKVCacheWrapper (tensor cores, HND):
-    the fallback when XQA cannot run. It ignores sinks. One planned wrapper
-    per set (each holds 16 MB of index buffers), at most ``max_sets``."""
-    fi = import_flashinfer()
-    row = inp.row
-    dev = inp.seq_lens.device
-    ws = flashinfer_workspace(dev)
-    sets = inp.sets[:max_sets]
-    indptr = torch.arange(row.batch + 1, dtype=torch.int32, device=dev) * row.num_pages
-    last = torch.full((row.batch,), (row.seq_len - 1) % PAGE_TOKENS + 1, dtype=torch.int32, device=dev)
-    fns, outs = [], []
-    for s in sets:
-        w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, kv_layout="HND", use_tensor_cores=True)
-        w.plan(indptr, s.block_tables.reshape(-1).contiguous(), last, row.num_heads, row.kv_heads,
-               HEAD_DIM, PAGE_TOKENS, window_left=row.window - 1 if row.window else -1,
-               q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16, sm_scale=SCALE)
-        out = torch.empty_like(s.q)
-        outs.append(out)
-        fns.append(functools.partial(w.run, s.q, (s.kv[..., :HEAD_DIM], s.kv[..., HEAD_DIM:]), out=out))
-    note = f"flashinfer {fi.__version__} BatchDecodeWithPagedKVCacheWrapper, NO sinks"
-    if len(sets) < len(inp.sets):
-        note += f", rotates {len(sets)} of {len(inp.sets)} sets ({len(sets) * row.set_bytes / 1e6:.0f} MB)"
-    return Impl(fns, False, note, outs)
+def make_vllm(inp: RowInputs, kv_dtype: str) -> Impl:
+    """vLLM's Triton unified attention (.peers/vllm_triton) on views of the cache."""
+    try:
+        m = peer_vllm.load()
+    except peer_vllm.PeerUnavailable as e:
+        raise Unavailable(str(e)) from e
+    row, kv = inp.row, inp.cache(kv_dtype)
+    ks, vs = inp.scales(kv_dtype)
+    scratch = peer_vllm.make_scratch(row.num_heads, row.kv_heads, inp.device)
+    outs = _outs(inp, kv_dtype)
+    fns = []
+    for s in inp.sets(kv_dtype):
+        kw = peer_vllm.decode_kwargs(m, inp.qs[s], kv, inp.tables[s], inp.seq_lens, inp.sinks,
+                                     row.window, SCALE, outs[s], scratch, max(row.seq_lens), ks, vs)
+        fns.append(functools.partial(_call_then_return, m.unified_attention, kw, outs[s]))
+    src = peer_vllm.source_info()
+    path = "3D split-K" if peer_vllm.uses_split_kernel(row.batch, row.kv_heads) else "2D"
+    note = f"vllm {src.get('vllm_version', '?')} triton_unified_attention ({path})"
+    return Impl(fns, PEER_TOL[kv_dtype], grid.check_requests(row, peers=True), note, prefill=outs)
 
 
-def make_sdpa(inp: RowInputs) -> Impl:
-    """torch SDPA on a dense unpaged copy (attended positions only), no sinks.
-    Fused backends only (the math fallback would materialize 8x K/V); first
-    enable_gqa=True, else the 8 query heads of a kv head as 8 query rows of
-    one head (the same math, plain MHA shapes)."""
+def _call_then_return(fn, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
+    fn(**kwargs)
+    return out
+
+
+def build_dense(inp: RowInputs) -> None:
+    """Unpaged contiguous K, V [B, kvH, attended, 128] per set (bf16, uniform rows)."""
+    row, kv = inp.row, inp.cache("bf16")
+    span = S.attended_span(row.seq_len, row.window)
+    pages = S.page_span(row.seq_len, row.window)
+    off = span.start - pages.start * PAGE_TOKENS
+    inp.dense = []
+    for s in inp.sets("bf16"):
+        k = torch.empty(row.batch, row.kv_heads, len(span), HEAD_DIM, dtype=torch.bfloat16, device=inp.device)
+        v = torch.empty_like(k)
+        for b in range(row.batch):
+            x = kv[inp.tables[s][b, pages.start:pages.stop].long()]  # [P, kvH, 16, 256]
+            x = x.permute(1, 0, 2, 3).reshape(row.kv_heads, -1, 2 * HEAD_DIM)[:, off:off + len(span)]
+            k[b].copy_(x[..., :HEAD_DIM])
+            v[b].copy_(x[..., HEAD_DIM:])
+        inp.dense.append((k, v))
+
+
+def sdpa_reference(inp: RowInputs, idx: list[int]) -> torch.Tensor:
+    """float64 outputs without sinks (SDPA has none), requests ``idx`` of set 0."""
+    key = ("nosinks", tuple(idx))
+    if key not in inp.refs:
+        sel = torch.tensor(idx, dtype=torch.long, device=inp.device)
+        inp.refs[key] = reference_decode_attention(
+            inp.qs[0][sel], inp.cache("bf16"), inp.tables[0][sel], inp.seq_lens[sel],
+            torch.full_like(inp.sinks, -math.inf), inp.row.window, SCALE)
+    return inp.refs[key]
+
+
+def make_sdpa(inp: RowInputs, kv_dtype: str) -> Impl:
+    """torch SDPA on a dense unpaged copy (attended positions only), no sinks,
+    for the uniform bf16 rows. Fused backends only (the math fallback would
+    materialize 8x K/V); first enable_gqa=True, else the 8 query heads of a kv
+    head as 8 query rows of one head (the same math, plain MHA shapes)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
     row = inp.row
+    if kv_dtype != "bf16" or row.lengths is not None:
+        raise Unavailable("sdpa runs on the uniform bf16 rows only")
+    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
     if not inp.dense:
         build_dense(inp)
     B, Hq, H = row.batch, row.num_heads, row.kv_heads
@@ -426,14 +494,15 @@ def make_sdpa(inp: RowInputs) -> Impl:
 
     errors = []
     for name, call in (("enable_gqa=True", gqa_call), ("q heads as rows per kv head", rows_call)):
-        s0, (k0, v0) = inp.sets[0], inp.dense[0]
+        (k0, v0) = inp.dense[0]
         try:
-            call(s0.q, k0, v0)
-            torch.cuda.synchronize()
+            call(inp.qs[0], k0, v0)
+            if inp.device.type == "cuda":
+                torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 (try the next formulation)
             errors.append(f"{name}: {type(e).__name__}: {e}")
             continue
-        fns = [functools.partial(call, s.q, k, v) for s, (k, v) in zip(inp.sets, inp.dense)]
+        fns = [functools.partial(call, inp.qs[s], k, v) for s, (k, v) in zip(inp.sets("bf16"), inp.dense)]
         note = f"torch {torch.__version__} SDPA ({name}), dense copy, NO sinks"
-        return Impl(fns, False, note)
+        return Impl(fns, PEER_TOL["bf16"], grid.check_requests(row, peers=True), note, sinkless=True)
     raise Unavailable("; ".join(errors))

@@ -1,19 +1,43 @@
 """Reporting for the decode benchmark, on plain dicts (no GPU needed): the
-Markdown table, eager and sweep tables, the RESULTS.md block, JSON and the
-bandwidth plot.
+compact and full Markdown tables, the rows' lengths, the RESULTS.md block,
+JSON and the plot. Also a command line that re-renders a saved run:
 
-A row result is a dict: row, batch, kv_heads, seq_len, window, kv_bytes,
-qo_bytes, floor_us, n_sets, n_calls, and impls: {name: {status ("ok",
-"missing", "mismatch", "error", "unchecked"), us, tbps, pct, eager_us, err,
-note, reason}}; optionally sweep: {default, candidates: [...], best}.
+    python benchmarks/bench_report.py --plot results/bench_X.json --out docs/performance.png
+    python benchmarks/bench_report.py --table results/bench_X.json
+
+A row result is a dict: row, kv_dtype, twin (the bf16 row's name), batch,
+kv_heads, seq_len (the longest), window, lengths {count, padding, min, median,
+max, attended_tokens, attended_pages}, kv_bytes, floor_us (at the measured
+ceiling), goal_us / stretch_us (issue 21's, at 4.5 TB/s), n_sets, n_calls,
+balance {impl: {plan, max_pages, mean_pages, ratio} or {error}}, and impls:
+{name: {status ("ok", "missing", "mismatch", "error", "unchecked",
+"skipped"), us, tbps, pct, err, max_abs, note, reason}}. Runs recorded before
+the serving rows (no kv_dtype, lengths or goals) read as bf16 rows with goals
+computed from their KV bytes.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 
 FLINT = "flint"
+LEGACY = "flint-legacy"
+XQA = "fi-xqa"
+VLLM = "vllm-triton"
+SDPA = "sdpa"
+PREFERRED = (FLINT, LEGACY, XQA, VLLM, SDPA)
+PEERS = (XQA, VLLM, SDPA)  # the targets compare flint with XQA and vLLM (SDPA: context)
+GOAL_TBPS = 4.5
+GOAL = (0.93, 3.0)
+STRETCH = (0.95, 2.0)
+
+
+def goal_us(kv_bytes: int, rule=GOAL, tbps: float = GOAL_TBPS) -> float:
+    eff, add = rule
+    return kv_bytes / (tbps * 1e12) * 1e6 / eff + add
 
 
 def fill_rates(res: dict, ceiling_tbps: float) -> None:
@@ -27,22 +51,145 @@ def fill_rates(res: dict, ceiling_tbps: float) -> None:
                 r["eager_tbps"] = res["kv_bytes"] / (r["eager_us"] * 1e-6) / 1e12
 
 
+def normalize(results: list[dict]) -> list[dict]:
+    """Fills what older runs' rows lack (kv dtype, twin, goals) in place."""
+    for res in results:
+        res.setdefault("kv_dtype", "bf16")
+        res.setdefault("twin", res["row"][:-4] if res["row"].endswith("_fp8") else res["row"])
+        res.setdefault("goal_us", goal_us(res["kv_bytes"]))
+        res.setdefault("stretch_us", goal_us(res["kv_bytes"], STRETCH))
+        res.setdefault("balance", {})
+        res.setdefault("impls", {})
+    return results
+
+
+def annotate(results: list[dict]) -> list[dict]:
+    """Adds to every fp8 row ``fp8_bf16`` {impl: fp8 µs / bf16 µs} from its
+    bf16 twin in the same run."""
+    normalize(results)
+    by_name = {r["row"]: r for r in results}
+    for res in results:
+        twin = by_name.get(res["twin"]) if res["kv_dtype"] == "fp8" else None
+        if twin is None:
+            continue
+        ratios = {}
+        for n, r in res["impls"].items():
+            a, b = r.get("us"), twin["impls"].get(n, {}).get("us")
+            if a and b:
+                ratios[n] = a / b
+        res["fp8_bf16"] = ratios
+    return results
+
+
 def impl_order(results: list[dict]) -> list[str]:
     names: list[str] = []
     for res in results:
         for n in res["impls"]:
             if n not in names:
                 names.append(n)
-    # flint (and its override) first, peers after in first-seen order
-    return sorted(names, key=lambda n: (not n.startswith(FLINT), names.index(n)))
+    return sorted(names, key=lambda n: (PREFERRED.index(n) if n in PREFERRED else len(PREFERRED),
+                                        names.index(n)))
 
 
 def _us(x: float) -> str:
-    return f"{x:.2f}" if x < 10 else f"{x:.1f}"
+    return f"{x:.2f}" if x < 10 else (f"{x:.1f}" if x < 1000 else f"{x:.0f}")
 
 
 def _win(w) -> str:
     return str(w) if w else "—"
+
+
+def _t(res: dict, impl: str):
+    return res["impls"].get(impl, {}).get("us")
+
+
+def _short(r: dict | None) -> str:
+    """A peer's cell: µs, or its status."""
+    if r is None:
+        return ""
+    if r.get("us") is None:
+        return r.get("status", "missing")
+    return _us(r["us"]) + ("*" if r.get("status") == "unchecked" else "")
+
+
+def _lengths(res: dict) -> str:
+    lens = res.get("lengths")
+    if not lens:
+        return f"{res['batch']} x {res['seq_len']}"
+    pad = f"+{lens['padding']}p" if lens["padding"] else ""
+    if lens["min"] == lens["max"]:
+        return f"{lens['count'] - lens['padding']}{pad} x {lens['max']}"
+    return f"{lens['count'] - lens['padding']}{pad}: {lens['min']}/{lens['median']:g}/{lens['max']}"
+
+
+def _balance(res: dict, impl: str = FLINT) -> str:
+    b = res.get("balance", {}).get(impl)
+    if not b:
+        return ""
+    if "error" in b:
+        return "n/a"
+    return f"{b['ratio']:.2f} ({b['max_pages']}/{b['mean_pages']:.1f})" if b.get("ratio") else "—"
+
+
+def verdict(res: dict) -> dict:
+    """Goal, stretch and peers of one row: {"goal": bool|None, "stretch": ...,
+    "slower_than": [peers faster than flint]} (None: flint has no time)."""
+    f = _t(res, FLINT)
+    if f is None:
+        return {"goal": None, "stretch": None, "slower_than": []}
+    slower = [p for p in (XQA, VLLM) if _t(res, p) is not None and _t(res, p) <= f]
+    return {"goal": f <= res["goal_us"], "stretch": f <= res["stretch_us"], "slower_than": slower}
+
+
+def compact_table(results: list[dict]) -> str:
+    """One line per row: row | Flint µs | TB/s | % ceil | goal | met? |
+    balance | legacy | XQA | vLLM-triton | fp8/bf16."""
+    annotate(results)
+    head = ["row", "lengths", "flint µs", "TB/s", "% ceil", "goal µs", "met?", "balance",
+            "legacy µs", "XQA µs", "vLLM-triton µs", "fp8/bf16"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for res in results:
+        fr = res["impls"].get(FLINT, {})
+        v = verdict(res)
+        if v["goal"] is None:
+            met = ""
+        else:
+            met = ("yes" if v["goal"] else f"NO +{_us(fr['us'] - res['goal_us'])}") + \
+                  (" (stretch)" if v["stretch"] else "")
+            if v["slower_than"]:
+                met += "; slower than " + ", ".join(v["slower_than"])
+        ratio = res.get("fp8_bf16", {}).get(FLINT)
+        cells = [res["row"], _lengths(res),
+                 _short(fr) if fr else "", f"{fr['tbps']:.2f}" if fr.get("tbps") else "",
+                 f"{fr['pct']:.0f}%" if fr.get("pct") else "", _us(res["goal_us"]), met,
+                 _balance(res), _short(res["impls"].get(LEGACY)), _short(res["impls"].get(XQA)),
+                 _short(res["impls"].get(VLLM)), f"{ratio:.2f}" if ratio else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary_lines(results: list[dict]) -> list[str]:
+    """How many rows meet the goal, the stretch, and beat the peers, per dtype."""
+    out = []
+    for dtype in ("bf16", "fp8"):
+        rows = [r for r in results if r["kv_dtype"] == dtype]
+        if not rows:
+            continue
+        timed = [r for r in rows if _t(r, FLINT) is not None]
+        v = [verdict(r) for r in timed]
+        goal = sum(x["goal"] for x in v)
+        stretch = sum(x["stretch"] for x in v)
+        line = (f"- {dtype}: flint timed on {len(timed)} of {len(rows)} rows; goal (floor at "
+                f"{GOAL_TBPS} TB/s / 0.93 + 3 µs) met on {goal}, stretch (/ 0.95 + 2) on {stretch}")
+        for p in (XQA, VLLM):
+            both = [r for r in timed if _t(r, p) is not None]
+            if both:
+                faster = sum(_t(r, FLINT) < _t(r, p) for r in both)
+                ratios = [_t(r, p) / _t(r, FLINT) for r in both]
+                line += (f"; faster than {p} on {faster} of {len(both)} "
+                         f"({min(ratios):.2f}x to {max(ratios):.2f}x)")
+        out.append(line)
+    return out
 
 
 def _cell(r: dict | None) -> list[str]:
@@ -55,9 +202,12 @@ def _cell(r: dict | None) -> list[str]:
 
 
 def markdown_table(results: list[dict]) -> str:
+    """Every implementation's µs, TB/s and % of the ceiling, and flint's
+    speed-up against each peer."""
+    normalize(results)
     impls = impl_order(results)
-    peers = [n for n in impls if not n.startswith(FLINT)]
-    head = ["row", "B", "kvH", "L", "win", "KV MB", "floor µs"]
+    peers = [n for n in impls if n != FLINT]
+    head = ["row", "kvH", "lengths", "win", "KV MB", "floor µs", "goal µs"]
     for n in impls:
         head += [f"{n} µs", "TB/s", "% ceil"]
     has_flint = FLINT in impls
@@ -65,38 +215,65 @@ def markdown_table(results: list[dict]) -> str:
         head += [f"flint vs {p}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for res in results:
-        cells = [res["row"], str(res["batch"]), str(res["kv_heads"]), str(res["seq_len"]),
-                 _win(res["window"]), f"{res['kv_bytes'] / 1e6:.1f}", _us(res["floor_us"])]
+        cells = [res["row"], str(res["kv_heads"]), _lengths(res), _win(res["window"]),
+                 f"{res['kv_bytes'] / 1e6:.1f}", _us(res["floor_us"]), _us(res["goal_us"])]
         for n in impls:
             cells += _cell(res["impls"].get(n))
         if has_flint:
-            f = res["impls"].get(FLINT, {}).get("us")
+            f = _t(res, FLINT)
             for p in peers:
-                pu = res["impls"].get(p, {}).get("us")
+                pu = _t(res, p)
                 cells.append(f"{pu / f:.2f}×" if f and pu else "—")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-SPEEDUP_LEGEND = "flint vs P = P µs / flint µs (> 1: flint is faster); * = output not checked"
+def lengths_table(rows: list[dict]) -> str:
+    """Each row's shape and lengths (rows as dicts with name, kv_heads,
+    window, table_width, placement, spec, lengths)."""
+    head = ["row", "kvH", "win", "table", "placement", "requests", "padding", "min", "median",
+            "max", "attended pages", "lengths drawn as"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        s = r["lengths"]
+        lines.append("| " + " | ".join([
+            r["row"], str(r["kv_heads"]), _win(r["window"]), str(r.get("table_width", "")),
+            r.get("placement", ""), str(s["count"] - s["padding"]), str(s["padding"]), str(s["min"]),
+            f"{s['median']:g}", str(s["max"]), str(s["attended_pages"]), r.get("spec") or "uniform"]) + " |")
+    return "\n".join(lines)
+
+
+SPEEDUP_LEGEND = ("flint vs P = P µs / flint µs (> 1: flint is faster); * = output not checked; "
+                  "goal = floor at 4.5 TB/s / 0.93 + 3 µs, stretch = / 0.95 + 2 µs; balance = the "
+                  "slowest CTA's pages / the mean (pages), from flint's default plan")
 
 
 def notes(results: list[dict]) -> list[str]:
-    """One line per implementation note and per missing / failed cell."""
+    """Implementation notes, then every missing / failed cell, the same
+    reason on several rows said once."""
     out, seen = [f"- {SPEEDUP_LEGEND}"], set()
     for res in results:
         for n, r in res["impls"].items():
             if r.get("note") and (n, r["note"]) not in seen:
                 seen.add((n, r["note"]))
                 out.append(f"- {n}: {r['note']}")
+    grouped: dict = {}
     for res in results:
         for n, r in res["impls"].items():
-            if r.get("status") in ("missing", "mismatch", "error"):
+            if r.get("status") in ("missing", "mismatch", "error", "skipped"):
                 reason = r.get("reason", "")
                 reason = reason if len(reason) <= 300 else reason[:300] + " … (full text in the JSON)"
-                out.append(f"- {res['row']} / {n}: {r['status']}: {reason}")
+                grouped.setdefault((n, r["status"], reason), []).append(res["row"])
             elif r.get("status") == "unchecked":
-                out.append(f"- {res['row']} / {n}: * output not checked (--no-check)")
+                grouped.setdefault((n, "unchecked", "* output not checked (--no-check)"), []).append(res["row"])
+    for (n, status, reason), rows in grouped.items():
+        where = ", ".join(rows) if len(rows) <= 4 else f"{len(rows)} rows ({rows[0]} … {rows[-1]})"
+        out.append(f"- {n} {status} on {where}: {reason}")
+    for res in results:
+        for n, b in res.get("balance", {}).items():
+            if "error" in b and (n, b["error"]) not in seen:
+                seen.add((n, b["error"]))
+                out.append(f"- balance ({n}): {b['error']}")
     return out
 
 
@@ -118,31 +295,6 @@ def eager_table(results: list[dict]) -> str | None:
     return "\n".join(lines)
 
 
-def sweep_report(res: dict, ceiling_tbps: float, top: int = 10) -> str:
-    sw = res["sweep"]
-    ok = sorted((c for c in sw["candidates"] if c.get("us")), key=lambda c: c["us"])
-    skipped = [c for c in sw["candidates"] if not c.get("us")]
-    d = sw.get("default_us")
-    lines = [f"### sweep {res['row']} ({len(ok)} timed, {len(skipped)} skipped; "
-             f"default {sw['default']} → {_us(d) + ' µs' if d else 'n/a'})",
-             "| config | µs | TB/s | % ceil | vs default |", "|---|---|---|---|---|"]
-    for c in ok[:top]:
-        tbps = res["kv_bytes"] / (c["us"] * 1e-6) / 1e12
-        vs = f"{d / c['us']:.2f}×" if d else "—"
-        lines.append(f"| {c['config']} | {_us(c['us'])} | {tbps:.2f} | "
-                     f"{100 * tbps / ceiling_tbps:.0f}% | {vs} |")
-    if sw.get("best"):
-        b = sw["best"]
-        vs = f" ({d / b['us']:.2f}× vs default)" if d else ""
-        lines.append(f"\nbest {res['row']}: {b['config']} {_us(b['us'])} µs{vs}")
-    reasons = {}
-    for c in skipped:
-        reasons.setdefault(c.get("status", "skipped"), []).append(c["config"])
-    for st, cfgs in reasons.items():
-        lines.append(f"{st}: {' '.join(cfgs)}")
-    return "\n".join(lines)
-
-
 def ceiling_line(ceiling: dict) -> str:
     gib = ceiling.get("bytes", 0) / 2**30
     src = ceiling.get("kernel", "?")
@@ -155,14 +307,19 @@ def results_block(meta: dict, ceiling: dict, results: list[dict]) -> str:
         f"## {meta['date']} — {meta['gpu']}",
         "",
         f"- torch {meta['torch']}, CUDA {meta.get('cuda')}, FlashInfer {meta.get('flashinfer') or 'n/a'}, "
-        f"commit `{meta.get('commit') or 'unknown'}`",
+        f"vLLM Triton {meta.get('vllm_triton') or 'n/a'}, commit `{meta.get('commit') or 'unknown'}`",
         f"- {ceiling_line(ceiling)}",
         f"- {meta['method']}",
+        "",
+        compact_table(results),
+        "",
+        *summary_lines(results),
         "",
         markdown_table(results),
         "",
         *notes(results),
         *(f"- row failed: {m}" for m in meta.get("failed_rows", [])),
+        *(f"- {m}" for m in meta.get("skipped", [])),
     ]
     return "\n".join(lines)
 
@@ -174,9 +331,15 @@ def write_json(path: Path, meta: dict, ceiling: dict, results: list[dict]) -> No
     tmp.replace(path)
 
 
-def plot(path: Path, ceiling: dict, results: list[dict]) -> str:
-    """Achieved TB/s against KV bytes per implementation (log x), the ceiling
-    as a horizontal line. Returns a message."""
+def load_json(path: Path) -> tuple[dict, dict, list[dict]]:
+    d = json.loads(Path(path).read_text())
+    return d.get("meta", {}), d.get("ceiling", {}), annotate(d.get("rows", []))
+
+
+def plot(path: Path, ceiling: dict, results: list[dict], title: str | None = None) -> str:
+    """Horizontal bars per row: each implementation's share of the HBM read
+    ceiling (attended KV bytes / time), with the goal's share as a tick; bf16
+    and fp8 rows side by side when both ran. Returns a message."""
     try:
         import matplotlib
 
@@ -184,33 +347,81 @@ def plot(path: Path, ceiling: dict, results: list[dict]) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib missing: no plot"
-    fig, ax = plt.subplots(figsize=(10, 6))
-    markers = "os^vD<>Px"
+    annotate(results)
     top = ceiling["tbps"]
-    for i, n in enumerate(impl_order(results)):
-        pts = [(res["kv_bytes"], res["impls"][n]["tbps"], res["row"]) for res in results
-               if res["impls"].get(n, {}).get("tbps")]
-        if not pts:
-            continue
-        pts.sort()
-        top = max(top, max(p[1] for p in pts))
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)],
-                linestyle="", label=n)
-        if n == FLINT:
-            seen: dict = {}
-            for x, y, name in pts:
-                k = seen[x] = seen.get(x, -1) + 1  # stagger labels of rows with equal bytes
-                ax.annotate(name, (x, y), fontsize=6, xytext=(3, 3 + 7 * k), textcoords="offset points")
-    ax.axhline(ceiling["tbps"], color="k", linestyle="--", linewidth=1,
-               label=f"HBM read ceiling {ceiling['tbps']:.2f} TB/s")
-    ax.set_xscale("log")
-    ax.set_xlabel("attended KV bytes per call")
-    ax.set_ylabel("achieved TB/s (KV bytes / time)")
-    ax.set_ylim(0, top * 1.1)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Flint paged decode attention: bandwidth vs KV bytes")
+    dtypes = [d for d in ("bf16", "fp8") if any(r["kv_dtype"] == d for r in results)]
+    names = []
+    for r in results:
+        if r["twin"] not in names:
+            names.append(r["twin"])
+    impls = [n for n in impl_order(results) if any(_t(r, n) for r in results)]
+    colors = {FLINT: "#d62728", LEGACY: "#ff9896", XQA: "#1f77b4", VLLM: "#2ca02c", SDPA: "#7f7f7f"}
+    by = {(r["twin"], r["kv_dtype"]): r for r in results}
+    n_rows = len(names)
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes) + 2.5, 0.42 * n_rows * max(1, len(impls) / 3) + 1.6),
+                             sharey=True, squeeze=False)
+    bar = 0.8 / max(1, len(impls))
+    for ax, dtype in zip(axes[0], dtypes):
+        for j, n in enumerate(impls):
+            ys, xs, ts = [], [], []
+            for i, name in enumerate(names):
+                r = by.get((name, dtype))
+                t = _t(r, n) if r else None
+                if t:
+                    ys.append(i + (j - (len(impls) - 1) / 2) * bar)
+                    xs.append(100.0 * r["kv_bytes"] / (t * 1e-6) / 1e12 / top)
+                    ts.append(t)
+            ax.barh(ys, xs, height=bar, color=colors.get(n), label=n)
+            for y, x, t in zip(ys, xs, ts):  # µs at the end of every bar
+                ax.text(x + 0.8, y, f"{_us(t)} µs", va="center", fontsize=5.5,
+                        fontweight="bold" if n == FLINT else "normal")
+        gy, gx = [], []
+        for i, name in enumerate(names):
+            r = by.get((name, dtype))
+            if r:
+                gy.append(i)
+                gx.append(100.0 * r["kv_bytes"] / (r["goal_us"] * 1e-6) / 1e12 / top)
+        ax.scatter(gx, gy, marker="|", s=200, color="k", zorder=3, label="goal (floor 4.5 TB/s / 0.93 + 3 µs)")
+        ax.set_title(f"{dtype} KV cache", fontsize=10)
+        ax.set_xlabel(f"% of the HBM read ceiling ({top:.2f} TB/s): attended KV bytes / time")
+        ax.set_xlim(0, 118)
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0][0].set_yticks(range(n_rows))
+    axes[0][0].set_yticklabels(names, fontsize=7)
+    axes[0][0].invert_yaxis()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.suptitle(title or "Flint paged decode attention vs peers (longer bar = faster)", fontsize=11,
+                 y=0.995)
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8,
+               bbox_to_anchor=(0.5, 0.965), frameon=False)
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130, bbox_inches="tight")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return f"plot: {path}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Re-render a saved benchmark run (no GPU needed).")
+    p.add_argument("--plot", metavar="JSON", help="render this run's plot")
+    p.add_argument("--out", help="PNG path for --plot (default: beside the JSON)")
+    p.add_argument("--title", help="plot title")
+    p.add_argument("--table", metavar="JSON", help="print this run's tables")
+    args = p.parse_args(argv)
+    if not args.plot and not args.table:
+        p.error("give --plot JSON and/or --table JSON")
+    if args.table:
+        meta, ceiling, results = load_json(args.table)
+        print(results_block(meta, ceiling, results))
+    if args.plot:
+        meta, ceiling, results = load_json(args.plot)
+        out = Path(args.out) if args.out else Path(args.plot).with_suffix(".png")
+        title = args.title or (f"Flint vs peers, {meta.get('gpu', '?')}, commit {meta.get('commit', '?')} "
+                               f"({meta.get('date', '')}); longer bar = faster")
+        print(plot(out, ceiling, results, title))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,7 +14,8 @@
 #   GPU_TESTS_GREP='test_gpu_grid\[(b133|b256|b1024)-' MULTI_DEVICE=0 BUDGET_S=330 \
 #   OTHER_TESTS='tests/test_kernel_variants.py tests/test_timeline.py tests/test_correctness.py tests/test_pdl_cluster.py'
 # BENCH_IMPLS (default flint) names the benchmarked implementations, e.g.
-# flint,xqa,sdpa with the FlashInfer wheels carried (benchmarks/WHEELS.md).
+# flint,xqa,sdpa with the FlashInfer wheels carried (benchmarks/WHEELS.md), and
+# BENCH_KV_DTYPES (default bf16) the cache dtypes (bf16,fp8 adds every row's fp8 twin).
 # GPU_TESTS_GREP is an extended regex over test_gpu.py's node ids (default:
 # all); GPU_TESTS_FILE, a file of node ids (one per line or space-separated),
 # selects them instead (the ones a cut-short run left). SANITIZE=0 skips the
@@ -51,7 +52,7 @@ if grep -q "build ok" "$OUT/summary-build.txt"; then
     CUDA_VISIBLE_DEVICES=$1 RUN_TAG=$3 TEST_PATHS="$(cat "$2")" bash $check tests
   }
   {
-    CUDA_VISIBLE_DEVICES=0 BENCH_ARGS="--no-plot --impls ${BENCH_IMPLS:-flint} --rows $rows" bash $check bench timeline
+    CUDA_VISIBLE_DEVICES=0 BENCH_ARGS="--no-plot --impls ${BENCH_IMPLS:-flint} --kv-dtypes ${BENCH_KV_DTYPES:-bf16} --rows $rows" bash $check bench timeline
     gpu_tests 0 "$OUT/gpu_a.txt" gpu0_
   } >"$OUT/gpu0.out" 2>&1 &
   gpu0=$!

@@ -2,46 +2,50 @@
 larger than L2: the workload for a profiler (device_check.sh's ncu step).
 
     ncu --set full -k regex:decode_attention -s 20 -c 1 \
-        python benchmarks/profile_row.py --row b1_l1k [--config 16,8,2,1,0]
+        python benchmarks/profile_row.py --row b1_l1k [--impl flint-legacy] [--row srv_b32_logu32k_fp8]
 
 ncu serializes kernels, so a profiled launch never overlaps the one before
-it (no PDL overlap): profiles show a call's own time, not a chain's.
+it (no PDL overlap): profiles show a call's own time, not a chain's. Serving
+rows (srv_*) allocate the shared pool (--pool-gib).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from pathlib import Path
 
-import torch
+if __name__ == "__main__":
+    import checkout
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import bench_grid as grid  # noqa: E402
+    checkout.use_this_checkout()
+
+import torch  # noqa: E402
+
 import bench_gpu as G  # noqa: E402
+import bench_grid as grid  # noqa: E402
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--row", required=True, help="a benchmark row name, e.g. b1_l1k")
+    p.add_argument("--row", required=True, help="a benchmark row name, e.g. b1_l1k or srv_b8_logu16k_fp8")
     p.add_argument("--calls", type=int, default=30)
-    p.add_argument("--config", help="FLINT_LAUNCH_CONFIG (default: the heuristic's)")
+    p.add_argument("--impl", choices=("flint", "flint-legacy"), default="flint")
+    p.add_argument("--pool-gib", type=float, default=24.0)
+    p.add_argument("--device", default="cuda", help="cpu: the same calls on the CPU path (a check)")
     args = p.parse_args()
-    if args.config:
-        os.environ[G.FLINT_ENV] = grid.format_config(grid.parse_config(args.config))
-    op = G.import_flint()
-    (row,) = grid.select_rows(args.row, False)
+    rows = grid.select_rows(args.row, kv_dtypes=("bf16",) if not args.row.endswith("_fp8") else ("fp8",))
+    row = rows[0]
+    base = row.as_dtype("bf16")
     n_sets = grid.num_sets(row, 2 * grid.L2_BYTES_DEFAULT)
-    inp = G.make_inputs(row, n_sets, seed=1, device="cuda")
-    outs = [torch.empty_like(s.q) for s in inp.sets]
+    shared = (G.SharedPools(int(args.pool_gib * 2**30), args.device, 0, row.kv_dtype == "fp8")
+              if row.placement == "pool" else None)
+    inp = G.build_inputs(base, {row.kv_dtype: n_sets}, shared, seed=1, device=args.device)
+    impl = (G.make_flint if args.impl == "flint" else G.make_flint_legacy)(inp, row.kv_dtype)
     for i in range(args.calls):
-        s = inp.sets[i % n_sets]
-        op(s.q, s.kv, s.block_tables, inp.seq_lens, inp.sinks, row.window, grid.SCALE,
-           outs[i % n_sets])
-    torch.cuda.synchronize()
-    print(f"{row.name}: {args.calls} calls over {n_sets} input sets")
+        impl.fns[i % len(impl.fns)]()
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    print(f"{row.name} ({args.impl}{', ' + impl.note if impl.note else ''}): {args.calls} calls over "
+          f"{n_sets} input sets")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,470 @@
+"""vLLM's Triton unified attention as a benchmark peer, run with torch and
+triton only (no vLLM install).
+
+``.peers/vllm_triton/`` holds the two modules copied out of a vLLM wheel by
+``extract_vllm_triton.py`` (git-ignored, carried to the GPU machine; see
+benchmarks/PEERS.md). ``load()`` imports them under their vLLM names with
+small stand-ins for the vllm modules they touch:
+
+    vllm.envs                  VLLM_BATCH_INVARIANT = False, VLLM_TRITON_USE_TD = None
+    vllm.logger                init_logger -> a logging.Logger with debug_once & co.
+    vllm.platforms             current_platform: fp8_dtype() = float8_e4m3fn, a CUDA
+                               platform whose capability comes from torch
+    vllm.triton_utils          triton, tl (the installed triton)
+    vllm.v1.kv_cache_interface KVQuantMode (the values the kernel compares against)
+
+``decode_kwargs()`` maps one Flint call to ``unified_attention``'s arguments
+the way vLLM 0.33's TritonAttentionImpl.forward does for a decode batch
+(read from vllm/v1/attention/backends/triton_attn.py of that wheel):
+
+- cache: vLLM 0.33 hands this backend the cache in the logical order
+  [num_blocks, kv_heads, block_size, 2 * head_size] -- Flint's HND layout with K
+  in [..., :128] and V in [..., 128:] -- and passes the kernel the strided views
+  ``kv.transpose(1, 2).split(128, -1)`` ([num_blocks, 16, kv_heads, 128] each).
+  So the peer reads the very same cache, through views, no copy.
+- one query token per request: cu_seqlens_q = arange(B + 1), max_seqlen_q = 1;
+  padding rows (seq_len 0) keep their query token, as a CUDA-graph-padded batch
+  does; they are not checked (the 3D path leaves their output untouched).
+- sinks: the fp32 [num_q_heads] logits; window W: window_size = (W - 1, 0), no
+  window: (-1, -1) (TritonAttentionImpl's self.sliding_window).
+- fp8 (e4m3) cache: kv_quant_mode FP8_PER_TENSOR, k_descale / v_descale the
+  per-tensor scales expanded to [num_seqs, kv_heads] (the kernel reads their
+  first element), q stays bf16 and q_descale None.
+- split-K ("3D") scratch and threshold as TritonAttentionMetadataBuilder sets them
+  with CUDA graphs on: 16 softmax segments, seq_threshold_3D = the capture size
+  closest to 128 // kv_heads; batches above it take the 2D kernel.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import json
+import logging
+import sys
+import types
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PEER_DIR = REPO / ".peers" / "vllm_triton"
+MODULES = ("triton_attention_helpers", "triton_unified_attention")
+PACKAGE = "vllm.v1.attention.ops"
+HEAD_DIM = 128
+
+# vllm/v1/attention/backends/triton_attn.py (0.33)
+MIN_LAUNCH_GRID_SIZE_2D = 128
+NUM_PAR_SOFTMAX_SEGMENTS = 16
+# vLLM's default cudagraph_capture_sizes start like issue 21's list.
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512)
+
+
+class PeerUnavailable(Exception):
+    """The peer's files or its imports are missing (reason in the message)."""
+
+
+class KVQuantMode(enum.IntEnum):
+    """The values of vllm.v1.kv_cache_interface.KVQuantMode the kernel uses."""
+
+    NONE = 0
+    FP8_PER_TENSOR = 1
+    INT8_PER_TOKEN_HEAD = 2
+    FP8_PER_TOKEN_HEAD = 3
+    INT4_PER_TOKEN_HEAD = 4
+
+    @property
+    def is_per_token_head(self) -> bool:
+        return self in (KVQuantMode.INT8_PER_TOKEN_HEAD, KVQuantMode.FP8_PER_TOKEN_HEAD,
+                        KVQuantMode.INT4_PER_TOKEN_HEAD)
+
+
+class _OnceLogger(logging.LoggerAdapter):
+    def __init__(self, name: str):
+        super().__init__(logging.getLogger(name), {})
+        self._seen: set = set()
+
+    def _once(self, level: int, msg: str, *args, **_scope) -> None:
+        if (level, msg, args) not in self._seen:
+            self._seen.add((level, msg, args))
+            self.log(level, msg, *args)
+
+    def debug_once(self, msg, *args, **kw):
+        self._once(logging.DEBUG, msg, *args, **kw)
+
+    def info_once(self, msg, *args, **kw):
+        self._once(logging.INFO, msg, *args, **kw)
+
+    def warning_once(self, msg, *args, **kw):
+        self._once(logging.WARNING, msg, *args, **kw)
+
+
+class _CudaPlatform:
+    """The few current_platform methods the kernel module calls."""
+
+    def fp8_dtype(self):
+        import torch
+
+        return torch.float8_e4m3fn
+
+    def _capability(self):
+        import torch
+
+        return torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+
+    def is_device_capability_family(self, family: int) -> bool:
+        # vLLM: capability.to_int() // 10 == family // 10, e.g. (10, 3) is family 100.
+        cap = self._capability()
+        return cap is not None and (cap[0] * 10 + cap[1]) // 10 == family // 10
+
+    def is_device_capability(self, cap) -> bool:
+        return self._capability() == tuple(cap)
+
+    def is_cuda(self) -> bool:
+        return True
+
+    def is_rocm(self) -> bool:
+        return False
+
+    def is_xpu(self) -> bool:
+        return False
+
+
+def _module(name: str, package: bool = False, **attrs) -> types.ModuleType:
+    m = types.ModuleType(name)
+    if package:
+        m.__path__ = []
+    m.__dict__.update(attrs)
+    return m
+
+
+def _stubs(peer_dir: Path) -> dict[str, types.ModuleType]:
+    import triton
+    import triton.language as tl
+
+    ops = _module(PACKAGE, package=True)
+    ops.__path__ = [str(peer_dir)]
+    return {
+        "vllm": _module("vllm", package=True),
+        "vllm.envs": _module("vllm.envs", VLLM_BATCH_INVARIANT=False, VLLM_TRITON_USE_TD=None,
+                             VLLM_TRITON_FORCE_FIRST_CONFIG=False),
+        "vllm.logger": _module("vllm.logger", init_logger=_OnceLogger),
+        "vllm.platforms": _module("vllm.platforms", current_platform=_CudaPlatform()),
+        "vllm.triton_utils": _module("vllm.triton_utils", triton=triton, tl=tl, HAS_TRITON=True),
+        "vllm.v1": _module("vllm.v1", package=True),
+        "vllm.v1.attention": _module("vllm.v1.attention", package=True),
+        PACKAGE: ops,
+        "vllm.v1.kv_cache_interface": _module("vllm.v1.kv_cache_interface", KVQuantMode=KVQuantMode),
+    }
+
+
+def source_info(peer_dir: Path = PEER_DIR) -> dict:
+    """MANIFEST.json written by extract_vllm_triton.py ({} if absent)."""
+    try:
+        return json.loads((peer_dir / "MANIFEST.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+_LOADED: dict = {}
+
+
+def load(peer_dir: Path | str | None = None) -> types.ModuleType:
+    """The unified-attention module, imported from ``peer_dir`` (default
+    .peers/vllm_triton) under stubs. Raises PeerUnavailable."""
+    peer_dir = Path(peer_dir) if peer_dir else PEER_DIR
+    key = str(peer_dir.resolve())
+    if key in _LOADED:
+        return _LOADED[key]
+    missing = [f"{m}.py" for m in MODULES if not (peer_dir / f"{m}.py").is_file()]
+    if missing:
+        raise PeerUnavailable(f"{peer_dir} lacks {', '.join(missing)} (benchmarks/PEERS.md says "
+                              "how to extract them from a vLLM wheel; carry .peers)")
+    if "vllm" in sys.modules and not getattr(sys.modules["vllm"], "_flint_stub", False):
+        raise PeerUnavailable("a real vllm package is imported: the stubs would shadow it")
+    try:
+        stubs = _stubs(peer_dir)
+    except ImportError as e:
+        raise PeerUnavailable(f"triton not importable: {e}") from e
+    stubs["vllm"]._flint_stub = True
+    saved = {n: sys.modules.get(n) for n in list(stubs) + [f"{PACKAGE}.{m}" for m in MODULES]}
+    sys.modules.update(stubs)
+    try:
+        module = None
+        for name in MODULES:
+            full = f"{PACKAGE}.{name}"
+            spec = importlib.util.spec_from_file_location(full, peer_dir / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[full] = module
+            spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 (an import failure makes the peer missing)
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+        raise PeerUnavailable(f"importing {peer_dir}: {type(e).__name__}: {e}") from e
+    for attr in ("unified_attention", "kernel_unified_attention", "reduce_segments"):
+        if not hasattr(module, attr):
+            raise PeerUnavailable(f"{peer_dir}/triton_unified_attention.py has no {attr}")
+    _LOADED[key] = module
+    return module
+
+
+def split_threshold(num_kv_heads: int, capture_sizes=CAPTURE_SIZES) -> int:
+    """seq_threshold_3D of TritonAttentionMetadataBuilder with CUDA graphs on:
+    the capture size closest to 128 // kv_heads (the first of two equally close)."""
+    target = MIN_LAUNCH_GRID_SIZE_2D // num_kv_heads
+    return min(capture_sizes, key=lambda x: abs(x - target))
+
+
+def make_scratch(num_heads: int, num_kv_heads: int, device) -> dict:
+    """The split-K buffers the metadata builder allocates once (rows =
+    seq_threshold_3D: max_num_seqs is larger in every vLLM default)."""
+    import torch
+
+    rows = split_threshold(num_kv_heads)
+    seg = NUM_PAR_SOFTMAX_SEGMENTS
+    return {
+        "seq_threshold_3D": rows,
+        "num_par_softmax_segments": seg,
+        "softmax_segm_output": torch.empty(rows, num_heads, seg, HEAD_DIM, dtype=torch.float32,
+                                           device=device),
+        "softmax_segm_max": torch.empty(rows, num_heads, seg, dtype=torch.float32, device=device),
+        "softmax_segm_expsum": torch.empty(rows, num_heads, seg, dtype=torch.float32, device=device),
+    }
+
+
+def uses_split_kernel(batch: int, num_kv_heads: int) -> bool:
+    """Whether unified_attention takes its split-K (3D) path for a decode batch."""
+    return batch <= split_threshold(num_kv_heads)
+
+
+def cache_views(kv_cache):
+    """K and V as the [num_blocks, 16, kv_heads, 128] views vLLM 0.33 passes."""
+    nhd = kv_cache.transpose(1, 2)
+    return nhd[..., :HEAD_DIM], nhd[..., HEAD_DIM:]
+
+
+def decode_kwargs(module, q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                  scratch: dict, max_seq_len: int, k_scale=None, v_scale=None) -> dict:
+    """unified_attention keyword arguments for one decode call (see the module
+    docstring). ``scratch`` from make_scratch; scales are [1] fp32 tensors."""
+    import torch
+
+    batch, _, _ = q.shape
+    kvh = kv_cache.shape[1]
+    k, v = cache_views(kv_cache)
+    fp8 = kv_cache.dtype == torch.float8_e4m3fn
+    if fp8:
+        if k_scale is None or v_scale is None:
+            raise ValueError("an fp8 cache needs k_scale and v_scale")
+        if k_scale.numel() != 1 or v_scale.numel() != 1:
+            raise ValueError("the peer takes per-tensor fp8 scales only (KVQuantMode.FP8_PER_TENSOR)")
+    one = torch.ones(1, dtype=torch.float32, device=q.device)
+    k_descale = (k_scale if fp8 else one).reshape(1, 1).expand(batch, kvh)
+    v_descale = (v_scale if fp8 else one).reshape(1, 1).expand(batch, kvh)
+    quant = module.KVQuantMode.FP8_PER_TENSOR if fp8 else module.KVQuantMode.NONE
+    return dict(
+        q=q, k=k, v=v, out=out,
+        cu_seqlens_q=torch.arange(batch + 1, dtype=torch.int32, device=q.device),
+        max_seqlen_q=1, seqused_k=seq_lens, max_seqlen_k=max_seq_len,
+        softmax_scale=scale, causal=True,
+        window_size=(window - 1, 0) if window else (-1, -1),
+        block_table=block_tables, softcap=0.0,
+        q_descale=None, k_descale=k_descale, v_descale=v_descale,
+        sinks=sinks, kv_quant_mode=quant, **scratch,
+    )
+
+
+# --- compiling ahead -----------------------------------------------------------------------
+
+
+def warm_spec(batch: int, kv_heads: int, window, kv_dtype: str, width: int) -> dict:
+    return {"batch": batch, "kv_heads": kv_heads, "window": window, "kv_dtype": kv_dtype, "width": width}
+
+
+def compile_group(spec: dict) -> tuple:
+    """What (roughly) selects a distinct Triton compilation of the kernels for
+    a call of this shape: split-K or 2D, window or not, cache dtype, kv heads
+    (num_query_heads is a constexpr) and the batch size's integer
+    specialization (1, a multiple of 16, other)."""
+    b, kvh = spec["batch"], spec["kv_heads"]
+    return (uses_split_kernel(b, kvh), bool(spec["window"]), spec["kv_dtype"], kvh, b == 1, b % 16 == 0)
+
+
+def partition(specs: list[dict], n: int) -> list[list[dict]]:
+    """``specs`` in ``n`` lists, each compile group whole, groups dealt out in
+    order of first appearance (the first rows' kernels first)."""
+    groups: dict = {}
+    for s in specs:
+        groups.setdefault(compile_group(s), []).append(s)
+    out = [[] for _ in range(max(1, n))]
+    for i, g in enumerate(groups.values()):
+        out[i % len(out)] += g
+    return [o for o in out if o]
+
+
+class _CompileOnly:
+    """Stands in for a @triton.jit kernel: ``kernel[grid](...)`` compiles (and
+    caches on disk) without launching anything."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.fn.run(*args, grid=grid, warmup=True, **kwargs)
+
+
+def warm(specs: list[dict], log=print) -> int:
+    """Compiles the kernels for calls shaped like ``specs`` into Triton's disk
+    cache, in this process only (its kernels are swapped for compile-only
+    stand-ins): the benchmark's worker then finds them built. Tensors live on
+    the CPU (no GPU work; only the CUDA target is queried). Returns how many
+    calls compiled."""
+    import time
+
+    import torch
+
+    m = load()
+    m.kernel_unified_attention = _CompileOnly(m.kernel_unified_attention)
+    m.reduce_segments = _CompileOnly(m.reduce_segments)
+    done = 0
+    for s in specs:
+        t0 = time.time()
+        b, kvh, width = s["batch"], s["kv_heads"], s["width"]
+        dtype = torch.float8_e4m3fn if s["kv_dtype"] == "fp8" else torch.bfloat16
+        q = torch.empty(b, 8 * kvh, HEAD_DIM, dtype=torch.bfloat16)
+        kv = torch.empty(2, kvh, 16, 2 * HEAD_DIM, dtype=dtype)
+        scale1 = torch.empty(1, dtype=torch.float32)
+        kw = decode_kwargs(m, q, kv, torch.empty(b, width, dtype=torch.int32), torch.empty(b, dtype=torch.int32),
+                           torch.empty(8 * kvh), s["window"], HEAD_DIM**-0.5, torch.empty_like(q),
+                           make_scratch(8 * kvh, kvh, "cpu"), 16 * width, scale1, scale1)
+        try:
+            m.unified_attention(**kw)
+            done += 1
+            if time.time() - t0 > 0.2:  # compiled (not found in the cache)
+                log(f"[triton-warm] compiled {s} in {time.time() - t0:.1f} s")
+        except Exception as e:  # noqa: BLE001 (the worker compiles it itself then)
+            log(f"[triton-warm] {s}: failed: {type(e).__name__}: {str(e)[:300]}")
+    return done
+
+
+def compile_check(specs: list[dict], log=print) -> int:
+    """warm() on a machine without a GPU: Triton's driver is replaced by one
+    that names an sm_90 target (no device is touched), so the kernels compile
+    to cubins for Hopper with the installed triton and ptxas."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class _Hopper:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    driver.set_active(_Hopper())  # for this process's life (a check's own process)
+    return warm(specs, log)
+
+
+# --- checking the mapping on the CPU ------------------------------------------------------
+
+
+def enable_cpu_interpreter() -> None:
+    """Lets Triton's CPU interpreter (TRITON_INTERPRET=1, set before load())
+    run the peer: two fixes to triton 3.6's interpreter, not to the peer --
+    ``__index__`` of a one-element array (numpy 2 refuses int() of it) and
+    tl.dot of bf16 operands (stored as uint16 there, so upcast to fp32 first)."""
+    import numpy as np
+    import triton.language as tl
+    import triton.runtime.interpreter as interp
+
+    if getattr(interp, "_flint_patched", False):
+        return
+    patch_tensor = interp._patch_lang_tensor
+
+    def _patch_lang_tensor(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    create_dot = interp.InterpreterBuilder.create_dot
+
+    def _f32(h):
+        if h.dtype != tl.bfloat16:
+            return h
+        data = interp._convert_float(h.data, tl.bfloat16, tl.float32, None).view(np.float32)
+        return interp.TensorHandle(data, tl.float32)
+
+    def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return create_dot(self, _f32(a), _f32(b), d, input_precision, max_num_imprecise_acc)
+
+    interp._patch_lang_tensor = _patch_lang_tensor
+    interp.InterpreterBuilder.create_dot = _create_dot
+    interp._flint_patched = True
+
+
+def cpu_check(peer_dir: Path | None = None) -> list[str]:
+    """Runs the peer through decode_kwargs on small CPU batches (Triton's
+    interpreter: the process must have TRITON_INTERPRET=1 before load()) and
+    compares with the float64 reference: bf16 and fp8 caches (distinct k and
+    v scales), no window and a window, the split-K and the 2D kernel, a padding
+    row, unattended cache slots poisoned with NaN/Inf. Raises on a mismatch."""
+    import os
+
+    import torch
+
+    from flint_attention.testing import FP8, error_report, make_paged_inputs, reference_decode_attention
+
+    from bench_gpu import K_SCALE, PEER_TOL, V_SCALE
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("set TRITON_INTERPRET=1 before running the CPU check")
+    enable_cpu_interpreter()
+    m = load(peer_dir)
+    lines = []
+    lens = [40, 0, 70, 3]
+    for kv_dtype in (torch.bfloat16, FP8):
+        for window in (None, 20):
+            kw = dict(k_scale=K_SCALE, v_scale=V_SCALE) if kv_dtype == FP8 else {}
+            inp = make_paged_inputs(len(lens), lens, 2, window, "cpu", seed=5, kv_dtype=kv_dtype, **kw)
+            ref = reference_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
+                                             window, HEAD_DIM**-0.5, inp.k_scale, inp.v_scale)
+            for split in (True, False):
+                scratch = make_scratch(16, 2, "cpu") if split else dict(
+                    seq_threshold_3D=None, num_par_softmax_segments=None, softmax_segm_output=None,
+                    softmax_segm_max=None, softmax_segm_expsum=None)
+                out = torch.full_like(inp.out, float("nan"))
+                m.unified_attention(**decode_kwargs(
+                    m, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window,
+                    HEAD_DIM**-0.5, out, scratch, max(lens), inp.k_scale, inp.v_scale))
+                real = [i for i, n in enumerate(lens) if n > 0]
+                dt = "fp8" if kv_dtype == FP8 else "bf16"
+                tol = PEER_TOL[dt]
+                rep = error_report(out[real], ref[real], tol)
+                what = f"{dt} window {window} {'split-K' if split else '2D'}"
+                if not rep.ok(tol):
+                    raise AssertionError(f"{what}: {rep.describe(tol)}")
+                lines.append(f"{what}: ok (rel err {rep.rel_fro:.1e})")
+    return lines
+
+
+if __name__ == "__main__":
+    usage = ("usage: TRITON_INTERPRET=1 python benchmarks/peer_vllm.py --cpu-check\n"
+             "       python benchmarks/peer_vllm.py --warm SPECS.json            (GPU machine)\n"
+             "       python benchmarks/peer_vllm.py --compile-check SPECS.json   (no GPU needed)")
+    import checkout
+
+    checkout.use_this_checkout()
+    if sys.argv[1:] == ["--cpu-check"]:
+        for line in cpu_check():
+            print(line, flush=True)
+    elif len(sys.argv) == 3 and sys.argv[1] in ("--warm", "--compile-check"):
+        todo = json.loads(Path(sys.argv[2]).read_text())
+        fn = warm if sys.argv[1] == "--warm" else compile_check
+        n = fn(todo, lambda msg: print(msg, file=sys.stderr, flush=True))
+        print(f"[triton-warm] {n} of {len(todo)} compiled", file=sys.stderr, flush=True)
+        sys.exit(0 if n == len(todo) else 1)
+    else:
+        sys.exit(usage)
