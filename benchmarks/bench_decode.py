@@ -36,8 +36,11 @@ Floors and goals
 Implementations (--impls; one that cannot run is reported missing with its
 exception, never estimated)
     flint          the public op
-    flint-legacy   the previous kernels' launch heuristic, through the test-only
-                   plans (plans.legacy_plan + plans.run_with_plan): an A/B in one run
+    flint-legacy   the split kernels' plan for the row (plans.legacy_plan), through
+                   the test-only extension: what the op launches for bf16 below 8
+                   requests and for sliding windows, forced on every row (an A/B)
+    flint-balanced the balanced kernel's plan (plans.balanced_plan), forced on
+                   every row: what the op launches for fp8 and bf16 from 8 requests
     vllm-triton    vLLM's Triton unified attention (.peers/vllm_triton, PEERS.md),
                    on views of the same cache, sinks, window, fp8 descales
     xqa            FlashInfer trtllm_batch_decode_with_kv_cache(backend="xqa"), HND
@@ -95,10 +98,11 @@ import bench_grid as grid  # noqa: E402
 import bench_report as report  # noqa: E402
 
 # --impls key -> the name in tables and JSON; aliases.
-IMPLS = {"flint": "flint", "flint-legacy": "flint-legacy", "vllm-triton": "vllm-triton",
+IMPLS = {"flint": "flint", "flint-legacy": "flint-legacy", "flint-balanced": "flint-balanced",
+         "vllm-triton": "vllm-triton",
          "xqa": "fi-xqa", "sdpa": "sdpa"}
 ALIASES = {"legacy": "flint-legacy", "vllm": "vllm-triton", "fi-xqa": "xqa"}
-DEFAULT_IMPLS = "flint,flint-legacy,vllm-triton,xqa,sdpa"  # vllm before xqa: its Triton JIT
+DEFAULT_IMPLS = "flint,flint-legacy,flint-balanced,vllm-triton,xqa,sdpa"  # vllm before xqa: its Triton JIT
 # overlaps FlashInfer's prebuild
 
 
@@ -548,7 +552,8 @@ class Worker:
 
     def factories(self):
         G = self.G
-        table = {"flint": G.make_flint, "flint-legacy": G.make_flint_legacy, "vllm-triton": G.make_vllm,
+        table = {"flint": G.make_flint, "flint-legacy": G.make_flint_legacy,
+                 "flint-balanced": G.make_flint_balanced, "vllm-triton": G.make_vllm,
                  "xqa": lambda inp, d: G.make_xqa(inp, d, self.args.setup_timeout_s * 0.8),
                  "sdpa": G.make_sdpa}
         return [(IMPLS[k], table[k]) for k in self.args.impl_list]

@@ -338,21 +338,28 @@ def make_flint(inp: RowInputs, kv_dtype: str) -> Impl:
     return Impl(fns, FLINT_TOL, grid.check_requests(row), prefill=outs)
 
 
-def make_flint_legacy(inp: RowInputs, kv_dtype: str) -> Impl:
-    """The previous kernels' launch heuristic through the test-only plans."""
+def make_flint_legacy(inp: RowInputs, kv_dtype: str, balanced: bool = False) -> Impl:
+    """The split kernels' plan (balanced: the balanced kernel's) through the
+    test-only plans, whatever the op's own choice for the row."""
     plans = import_plans()
     row, kv = inp.row, inp.cache(kv_dtype)
     ks, vs = inp.scales(kv_dtype)
     outs = _outs(inp, kv_dtype)
     fns, names = [], set()
     for s in inp.sets(kv_dtype):
-        plan = plans.legacy_plan(inp.qs[s], kv, inp.tables[s], row.window)
+        plan = (plans.balanced_plan(kv) if balanced
+                else plans.legacy_plan(inp.qs[s], kv, inp.tables[s], row.window))
         names.add(plan.name)
         fns.append(functools.partial(plans.run_with_plan, plan, inp.qs[s], kv, inp.tables[s],
                                      inp.seq_lens, inp.sinks, row.window, SCALE, outs[s],
                                      k_scale=ks, v_scale=vs))
-    return Impl(fns, FLINT_TOL, grid.check_requests(row), "legacy plan " + "/".join(sorted(names)),
+    return Impl(fns, FLINT_TOL, grid.check_requests(row),
+                ("balanced plan " if balanced else "legacy plan ") + "/".join(sorted(names)),
                 prefill=outs)
+
+
+def make_flint_balanced(inp: RowInputs, kv_dtype: str) -> Impl:
+    return make_flint_legacy(inp, kv_dtype, balanced=True)
 
 
 def plan_balance(inp_or_shapes, kv_dtype: str, legacy: bool = False) -> dict:

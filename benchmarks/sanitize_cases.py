@@ -1,6 +1,7 @@
 """Small launches of every kernel path, for compute-sanitizer (memcheck,
 racecheck, synccheck): every compiled variant once (its plan from the
-extension's own table), then the balanced kernel's machinery on purpose --
+extension's own table), the op's default plans, then the balanced kernel's
+machinery on purpose --
 segments split over warps and CTAs, the two-level merge, chained pieces,
 seq_len 0, windows, fp8, PDL off. Results are checked against float64 so that a
 run that is silently wrong still fails.
@@ -41,7 +42,7 @@ def main() -> None:
         run(plan, [700, 129, 0, 5], 2, 64)
     for kv in ("bf16", "fp8"):
         probe = make_paged_inputs(1, [1], 1, None, "cuda", kv_dtype=FP8 if kv == "fp8" else torch.bfloat16)
-        plan = plans.default_plan(probe.q, probe.kv_cache, None)
+        plan = plans.balanced_plan(probe.kv_cache)
         ctas = plans._ops().division(probe.q, probe.kv_cache, probe.block_tables, probe.seq_lens,
                                      None, plan.to_ints())[0]
         run(plan, [20000], 1, None)  # one segment over every CTA: the two-level merge
@@ -55,6 +56,16 @@ def main() -> None:
         run(plan, [0] * 20, 2, None)  # nothing to attend
         run(plan, [16 * cta_pages * (ctas // 3)] * 3, 1, None)  # segments ending on CTA boundaries
         run(dataclasses.replace(plan, pdl=False), [3000, 1, 0, 260], 2, 128)
+    from flint_attention import flint_decode_attention  # the op's own choice of plan
+
+    for lens, kvh, window in [([3000, 0, 17], 2, None), ([40] * 12, 1, None), ([900, 5], 8, 128)]:
+        inp = make_paged_inputs(len(lens), lens, kvh, window, "cuda")
+        flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
+                               window, SCALE, inp.out)
+        torch.cuda.synchronize()
+        assert_close(inp.out, reference(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens,
+                                        inp.sinks, window, SCALE), BF16_VS_F64, f"default {lens}")
+        print(f"ok default plan batch={len(lens)} kvh={kvh} window={window}", flush=True)
     print("sanitize cases done")
 
 

@@ -1,4 +1,6 @@
-"""The balanced kernel (the op's default launch): the batch's attended pages
+"""The balanced kernel (what the op launches for fp8, and for bf16 full
+attention from 8 requests on; here launched on every shape through its plan,
+flint_attention.testing.plans): the batch's attended pages
 divided equally among the warps of a one-wave grid on the device, segments
 split over warps merged in shared memory, over CTAs through workspace
 partials (in two levels past a fan-in of 48).
@@ -17,7 +19,7 @@ import math
 
 import pytest
 import torch
-from conftest import HOPPER_SKIP_REASON, check_output, needs_hopper, run_op
+from conftest import HOPPER_SKIP_REASON, check_output, needs_hopper
 
 from flint_attention.testing import FP8, DEFAULT_SCALE, make_paged_inputs
 
@@ -33,18 +35,24 @@ def make(seq_lens, kvh, window=None, kv_dtype=torch.bfloat16, **kw):
     return make_paged_inputs(len(seq_lens), seq_lens, kvh, window, "cuda", kv_dtype=kv_dtype, **fp8, **kw)
 
 
+def run_op(inp, window):
+    """The balanced kernel on `inp` (writes and returns inp.out)."""
+    return plans.run_with_plan(plans.balanced_plan(inp.kv_cache), inp.q, inp.kv_cache,
+                               inp.block_tables, inp.seq_lens, inp.sinks, window, DEFAULT_SCALE,
+                               inp.out, inp.k_scale, inp.v_scale)
+
+
 def division(inp, window):
     """(CTAs, pages of the busiest CTA, total pages, pages per warp, pages per
-    CTA) of the op's launch."""
-    plan = plans.default_plan(inp.q, inp.kv_cache, window)
+    CTA) of the balanced kernel's launch."""
     return plans._ops().division(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, window,
-                                 plan.to_ints())
+                                 plans.balanced_plan(inp.kv_cache).to_ints())
 
 
 def grid_and_warps(kv_dtype=torch.bfloat16):
     """(CTAs, warps per CTA, the fewest pages a warp's share has)."""
     inp = make([1], 1, kv_dtype=kv_dtype)
-    plan = plans.default_plan(inp.q, inp.kv_cache, None)
+    plan = plans.balanced_plan(inp.kv_cache)
     ctas, _, _, per_warp, _ = division(inp, None)
     return ctas, plan.warps, per_warp
 
@@ -181,7 +189,7 @@ def test_cuda_graph_replays_move_the_balance(kv_dtype, window):
     check_output(run_op(live, window), live, window, what="eager warm-up")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        run_op(live, window)
+        run_op(live, window)  # the balanced kernel: its division moves between replays
     divisions = set()
     for step, new in enumerate(inputs[1:] + inputs[:1]):
         for name in ("q", "kv_cache", "block_tables", "seq_lens", "sinks", "k_scale", "v_scale"):
@@ -204,10 +212,8 @@ def test_thousand_launches_with_two_level_merges():
     for i in range(1000):
         inp = configs[i % 3]
         out = torch.full_like(inp.out, math.nan)
-        from flint_attention import flint_decode_attention
-
-        flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
-                               None, DEFAULT_SCALE, out)
+        plans.run_with_plan(plans.balanced_plan(inp.kv_cache), inp.q, inp.kv_cache,
+                            inp.block_tables, inp.seq_lens, inp.sinks, None, DEFAULT_SCALE, out)
         outs.append(out)
     torch.cuda.synchronize()
     for i in [0, 1, 2, 3, 4, 5, 997, 998, 999]:

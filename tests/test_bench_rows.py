@@ -251,9 +251,12 @@ def test_worker_reports_missing_plans_and_resumes(tmp_path):
     row = _small_row()
     w, res = _worker(tmp_path, [row], "flint,flint-legacy")
     r = res[row.name]
+    # No CUDA here: the plans module imports, its test-only ops have no CPU kernel.
     assert r["impls"]["flint-legacy"]["status"] == "missing"
-    assert r["impls"]["flint-legacy"]["reason"].startswith("plans unavailable")
-    assert "plans unavailable" in r["balance"]["flint"]["error"]
+    reason = r["impls"]["flint-legacy"]["reason"]
+    assert "plans unavailable" in reason or "flint_testing::legacy_plan" in reason, reason
+    error = r["balance"]["flint"]["error"]
+    assert "plans unavailable" in error or "flint_testing::" in error, error
     # A lost worker's implementation in progress: recorded, its kind excluded.
     d = json.loads((tmp_path / "run.json").read_text())
     d["rows"][0]["impls"].pop("flint")

@@ -77,17 +77,23 @@ def test_balanced_variant_many_requests(plan, window):
 @pytest.mark.parametrize("pdl", [True, False])
 def test_plan_without_pdl(pdl):
     inp = make_paged_inputs(3, [3000, 0, 77], 2, None, "cuda")
-    plan = dataclasses.replace(plans.default_plan(inp.q, inp.kv_cache, None), pdl=pdl)
-    check_twice(plan, inp, None)
+    for plan in (plans.default_plan(inp.q, inp.kv_cache, None), plans.balanced_plan(inp.kv_cache)):
+        check_twice(dataclasses.replace(plan, pdl=pdl), inp, None)
 
 
-def test_default_plan_is_the_balanced_kernel():
-    for kv_dtype, kv in [(torch.bfloat16, "bf16"), (FP8, "fp8")]:
-        for batch, kvh, window in [(1, 8, None), (64, 1, 128), (512, 2, None), (3, 16, 4096)]:
-            q = torch.empty(batch, 8 * kvh, 128, dtype=torch.bfloat16, device="cuda")
-            cache = torch.empty(1, kvh, 16, 256, dtype=kv_dtype, device="cuda")
-            plan = plans.default_plan(q, cache, window)
-            assert plan.kind == "balanced" and plan.kv == kv, plan
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_default_plan(kv_dtype):
+    # The balanced kernel for fp8 and for bf16 full attention from 8 requests;
+    # the split kernels for bf16 below that and for sliding windows
+    # (launch_plan.cpp). Never a function of the block tables (not an input).
+    for batch, kvh, window in [(1, 8, None), (7, 2, None), (8, 1, None), (512, 2, None),
+                               (1, 8, 128), (64, 1, 128), (3, 16, 4096)]:
+        q = torch.empty(batch, 8 * kvh, 128, dtype=torch.bfloat16, device="cuda")
+        cache = torch.empty(1, kvh, 16, 256, dtype=kv_dtype, device="cuda")
+        plan = plans.default_plan(q, cache, window)
+        balanced = kv_dtype == FP8 or (window is None and batch >= 8)
+        assert (plan.kind == "balanced") == balanced, (batch, kvh, window, plan)
+        assert plan.kv == ("fp8" if kv_dtype == FP8 else "bf16")
 
 
 def test_unsupported_plan_is_an_error():
@@ -97,6 +103,9 @@ def test_unsupported_plan_is_an_error():
         run(bad, inp, None)
     with pytest.raises(RuntimeError, match="the launch plan is for an fp8 cache"):
         run(plans.Plan(kv="fp8", stages=4), inp, None)
+    with pytest.raises(RuntimeError, match="no compiled kernel for split fp8"):
+        run(plans.Plan(kind="split", kv="fp8", warps=8, stages=2, splits=4),
+            make_paged_inputs(1, [5], 1, None, "cuda", kv_dtype=FP8, k_scale=1.0, v_scale=1.0), None)
     with pytest.raises(RuntimeError, match="a split plan needs splits >= 1"):
         run(plans.Plan(kind="split", warps=8, stages=2, splits=0), inp, None)
 

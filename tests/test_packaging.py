@@ -113,7 +113,7 @@ def test_every_decode_kernel_has_pdl_bulk_copies_and_mma_in_sass():
     kernels = re.split(r"\n\s*Function : ", sass)[1:]
     decode = [k for k in kernels
               if re.match(r"_ZN5flint\d+decode_attention(_warp_per_head|_balanced)?_kernel", k)]
-    assert len(decode) >= 11, f"found {len(decode)} decode kernels"
+    assert len(decode) >= 8, f"found {len(decode)} decode kernels"
     balanced = [k for k in decode if "balanced" in k.split("\n", 1)[0]]
     assert len(balanced) >= 2, f"found {len(balanced)} balanced kernels"
     for k in decode:

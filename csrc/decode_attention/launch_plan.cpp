@@ -8,7 +8,8 @@
 namespace flint {
 namespace {
 
-// The compiled variants: what a plan names, and the kernel that runs it.
+// The compiled variants (what plan_launch can pick): what a plan names, and
+// the kernel that runs it.
 struct Variant {
   KernelKind kind;
   KvDtype kv;
@@ -18,18 +19,13 @@ struct Variant {
 };
 
 constexpr Variant kVariants[] = {
-    {KernelKind::kBalanced, KvDtype::kBf16, 4, 3, 0, balanced_bf16_w4_s3},
-    {KernelKind::kBalanced, KvDtype::kBf16, 4, 2, 0, balanced_bf16_w4_s2},
     {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
-    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 4, 5, 0, balanced_fp8_w4_s5},
-    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 4, 4, 0, balanced_fp8_w4_s4},
     {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 4, 0, balanced_fp8_w8_s4},
     {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_w4_s2},
     {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_w4_s3},
     {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_w8_s2},
     {KernelKind::kSplit, KvDtype::kBf16, 9, 2, 0, split_w9_s2},
     {KernelKind::kCluster, KvDtype::kBf16, 4, 2, 4, cluster4_w4_s2},
-    {KernelKind::kCluster, KvDtype::kBf16, 4, 2, 8, cluster8_w4_s2},
     {KernelKind::kWarpPerHead, KvDtype::kBf16, 4, 3, 0, warp_per_head_w4_s3},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
@@ -89,11 +85,11 @@ cudaError_t prepare(const Variant& v, int device, int smem_bytes, bool sliding, 
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Legacy split kernels without a window pad their shared memory so that at
+// Split kernels without a window pad their shared memory so that at
 // most 8 / warps CTAs share an SM: with PDL the next grid's CTAs launch while
 // this one drains and would otherwise pile onto the first SMs to free up.
 constexpr int kSmemPerSm = 228 * 1024;
-int legacy_smem_bytes(const Variant& v, int smem_bytes, bool sliding) {
+int split_smem_bytes(const Variant& v, int smem_bytes, bool sliding) {
   if (sliding || v.kind == KernelKind::kWarpPerHead || v.kind == KernelKind::kBalanced)
     return smem_bytes;
   const int ctas_per_sm = std::max(1, 8 / v.warps);
@@ -110,25 +106,11 @@ std::string describe(const LaunchPlan& p) {
 
 }  // namespace
 
-// One kernel for every call: the pages are divided on the device, so nothing
-// here depends on the lengths. A CTA of 4 warps with 3 slots of 8 KB (bf16;
-// fp8: 5 of 4 KB) keeps 64-96 KB in flight per SM, what one SM's bulk-copy
-// intake needs for its share of HBM bandwidth, and takes half an SM's shared
-// memory and registers: the grid has one per SM, and the next call's CTA
-// fits beside it, running its prologue and first pages during this call.
-LaunchPlan plan_launch(int /*batch*/, int /*num_kv_heads*/, bool /*sliding*/, KvDtype kv,
-                       int /*num_sms*/) {
-  LaunchPlan plan;
-  plan.kind = KernelKind::kBalanced;
-  plan.kv = kv;
-  plan.warps = 4;
-  plan.stages = kv == KvDtype::kBf16 ? 3 : 5;
-  plan.refill_after_wait = -1;  // the kernel's rule
-  return plan;
-}
+namespace {
 
-// The previous heuristic (the evidence for each rule: docs/launch-plan-history.md).
-LaunchPlan legacy_plan(int batch, int num_kv_heads, bool sliding, int64_t max_tokens, int num_sms) {
+// The split kernels' rules (each rule's evidence: docs/launch-plan-history.md),
+// from the batch size, kv heads and window only.
+LaunchPlan split_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
   const int num_bh = batch * num_kv_heads;
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
   LaunchPlan p;
@@ -147,11 +129,42 @@ LaunchPlan legacy_plan(int batch, int num_kv_heads, bool sliding, int64_t max_to
     if (batch <= 16) return set(KernelKind::kSplit, 1, 4, 2, 2, 0);
     return set(KernelKind::kSplit, 1, 4, batch <= 64 ? 3 : 2, 1, 0);
   }
-  if (num_bh <= 8 && max_tokens <= 1024) return set(KernelKind::kCluster, 8, 4, 2, 1, 0);
   if (num_bh <= 8) return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4, 2);
   if (batch <= 2) return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 8, 2, 1, 1);
   if (batch <= 4) return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 8, 2, 2, 1);
   return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 4, 3, 2, 0);
+}
+
+}  // namespace
+
+// The balanced kernel divides the pages on the device from the actual
+// lengths. Where it runs, 8-warp CTAs, one per SM: 2 slots of 8 KB (bf16) or
+// 4 of 4 KB (fp8) a warp keep ~64-128 KB in flight per SM, what one SM's
+// bulk-copy intake needs, and 8 warps per SM give the fp8 conversions the
+// issue slots they need (device runs 83-85).
+//
+// bf16 keeps the split kernels for full attention below kBalancedMinBatch
+// requests and for every sliding-window layer: a balanced call costs 2-5 us
+// more than a split one (device runs 82-86; ncu of one launch at b1 L8k: 21.5
+// against 15.9 us, cause not yet found), which the balance repays only where
+// the lengths can be ragged: full attention over 8 or more requests (at 20-32
+// ragged requests it runs 1.6-2.3x faster). fp8 has only the balanced kernel.
+constexpr int kBalancedMinBatch = 8;
+
+LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
+  if (kv == KvDtype::kBf16 && (sliding || batch < kBalancedMinBatch))
+    return split_plan(batch, num_kv_heads, sliding, num_sms);
+  LaunchPlan plan;
+  plan.kind = KernelKind::kBalanced;
+  plan.kv = kv;
+  plan.warps = 8;
+  plan.stages = kv == KvDtype::kBf16 ? 2 : 4;
+  plan.refill_after_wait = -1;  // the kernel's rule
+  return plan;
+}
+
+LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
+  return split_plan(batch, num_kv_heads, sliding, num_sms);
 }
 
 std::string check_plan(const LaunchPlan& plan) {
@@ -188,7 +201,7 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
                      Residency* res) {
   const Variant& v = *find_variant(plan);
   const bool sliding = p.window > 0;
-  const int smem = legacy_smem_bytes(v, v.entry().smem_bytes, sliding);
+  const int smem = split_smem_bytes(v, v.entry().smem_bytes, sliding);
   cudaError_t err = prepare(v, device, smem, sliding, res);
   if (err != cudaSuccess) return err;
   const int64_t num_pairs = int64_t(p.batch) * p.num_kv_heads;

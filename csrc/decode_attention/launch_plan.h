@@ -13,10 +13,10 @@
 namespace flint {
 
 enum class KernelKind : int {
-  kBalanced = 0,     // kernel_balanced.cuh: pages divided on the device (every call's default)
-  kSplit = 1,        // legacy kernel.cuh, a fixed number of CTAs per (request, kv head)
-  kCluster = 2,      // legacy kernel.cuh, those CTAs merged in a thread-block cluster
-  kWarpPerHead = 3,  // legacy kernel_warp_per_head.cuh
+  kBalanced = 0,     // kernel_balanced.cuh: the pages divided on the device
+  kSplit = 1,        // kernel.cuh: a fixed number of CTAs per (request, kv head), bf16
+  kCluster = 2,      // kernel.cuh: those CTAs merged in a thread-block cluster, bf16
+  kWarpPerHead = 3,  // kernel_warp_per_head.cuh: one warp per (request, kv head), bf16
 };
 
 // The compile-time variant and the launch-time choices of one launch.
@@ -24,9 +24,10 @@ struct LaunchPlan {
   KernelKind kind = KernelKind::kBalanced;
   KvDtype kv = KvDtype::kBf16;
   int warps = 8, stages = 2;
-  // Legacy kernels only: CTAs per (request, kv head) (the cluster's size with
-  // kCluster), the pages each warp of an active split gets at least, and the
-  // refill rule (0 before the wait, 1 after, 2 after unless late).
+  // Split kernels: CTAs per (request, kv head) (the cluster's size with
+  // kCluster) and the pages each warp of an active split gets at least. The
+  // refill rule: 0 before the wait, 1 after, 2 (split kernels) after unless
+  // late, -1 the kernel's own rule (balanced, warp per head).
   int splits = 0, min_pages = 1, refill_after_wait = 0;
   bool pdl = true;  // programmatic dependent launch
   int ctas = 0;     // balanced kernel: the grid's CTAs (0: the launch's rule; A/B runs)
@@ -37,9 +38,10 @@ struct LaunchPlan {
 // (never the lengths nor the block tables' width).
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms);
 
-// The heuristic of the kernels before the balanced one (reads the tables'
-// width): kept for A/B measurements only, bf16 only.
-LaunchPlan legacy_plan(int batch, int num_kv_heads, bool sliding, int64_t max_tokens, int num_sms);
+// The split kernels' plan for such a call (what plan_launch picks for bf16
+// below kBalancedMinBatch requests and for sliding windows), for A/B runs
+// against the balanced kernel on any shape; bf16 only.
+LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num_sms);
 
 // Empty if `plan` names a compiled kernel and valid parameters, else why not
 // (with the list of compiled variants).

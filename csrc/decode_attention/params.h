@@ -58,9 +58,9 @@ struct DecodeParams {
 
   int refill_after_wait;  // 1: refill a ring slot after waiting for the page (one fewer in
                           // flight); 0: before; -1: the kernel's rule (balanced kernel);
-                          // 2 (legacy kernels): after, unless the warp's first page was late
+                          // 2 (split kernels): after, unless the warp's first page was late
 
-  // Legacy kernels only (kernel.cuh, kernel_warp_per_head.cuh), set by the launch.
+  // Split kernels only (kernel.cuh), set by the launch.
   int min_pages;    // a split is active when each of its warps gets >= this many pages
   int max_active_splits;  // at most this many splits take pages (one wave)
 };

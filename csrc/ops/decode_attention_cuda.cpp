@@ -66,9 +66,9 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
               kv_cache.scalar_type());
   const std::string bad = check_plan(plan);
   TORCH_CHECK(bad.empty(), "flint.decode_attention: unsupported launch plan: ", bad);
-  if (plan.kind != KernelKind::kBalanced) {
-    TORCH_CHECK(batch <= 65535 && kv_cache.size(1) <= 65535, "flint.decode_attention: a legacy "
-                "plan needs batch and num_kv_heads <= 65535 (its grid), got ", batch, " and ",
+  if (plan.kind == KernelKind::kSplit || plan.kind == KernelKind::kCluster) {
+    TORCH_CHECK(batch <= 65535 && kv_cache.size(1) <= 65535, "flint.decode_attention: the split "
+                "kernels need batch and num_kv_heads <= 65535 (their grid), got ", batch, " and ",
                 kv_cache.size(1));
   }
 

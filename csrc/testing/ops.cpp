@@ -64,12 +64,14 @@ std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_c
   return to_ints(default_plan(q, kv_cache, window));
 }
 
+// The split kernels' plan for the call (block_tables: unused, kept in the
+// schema for the callers of the earlier heuristic that read its width).
 std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
-                                    const at::Tensor& block_tables,
+                                    const at::Tensor& /*block_tables*/,
                                     std::optional<int64_t> window) {
   const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
-  return to_ints(legacy_plan(static_cast<int>(q.size(0)), static_cast<int>(kv_cache.size(1)),
-                             window.has_value(), block_tables.size(1) * kPageTokens, sms));
+  return to_ints(split_kernels_plan(static_cast<int>(q.size(0)),
+                                    static_cast<int>(kv_cache.size(1)), window.has_value(), sms));
 }
 
 int64_t num_variants_op() { return num_variants(); }

@@ -10,20 +10,14 @@ struct KernelEntry {
   int smem_bytes;
 };
 
-KernelEntry balanced_bf16_w4_s3();
-KernelEntry balanced_bf16_w4_s2();
+// What plan_launch picks (launch_plan.cpp), nothing else.
 KernelEntry balanced_bf16_w8_s2();
-KernelEntry balanced_fp8_w4_s5();
-KernelEntry balanced_fp8_w4_s4();
 KernelEntry balanced_fp8_w8_s4();
-
-// The kernels before the balanced one, for A/B measurements (bf16 only).
 KernelEntry split_w4_s2();
 KernelEntry split_w4_s3();
 KernelEntry split_w8_s2();
 KernelEntry split_w9_s2();
 KernelEntry cluster4_w4_s2();
-KernelEntry cluster8_w4_s2();
 KernelEntry warp_per_head_w4_s3();
 
 }  // namespace flint

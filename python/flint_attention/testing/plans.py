@@ -32,9 +32,9 @@ class Plan:
     kv: str = "bf16"
     warps: int = 8
     stages: int = 2
-    splits: int = 0  # legacy split / cluster kernels: CTAs per (request, kv head)
-    min_pages: int = 1  # legacy split kernels
-    refill_after_wait: int = 0  # 0 before the wait, 1 after (-1: the kernel's rule); legacy: 2
+    splits: int = 0  # split / cluster kernels: CTAs per (request, kv head)
+    min_pages: int = 1  # split kernels
+    refill_after_wait: int = 0  # 0 before the wait, 1 after (-1: the kernel's rule); split: 2
     pdl: bool = True
     ctas: int = 0  # balanced kernel: the grid's CTAs (0: the launch's rule)
 
@@ -76,13 +76,23 @@ def default_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) ->
 
 def legacy_plan(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
                 window: int | None) -> Plan:
-    """The previous kernels' heuristic (bf16 only; it reads the block tables'
-    width), for A/B runs against the balanced kernel."""
+    """The split kernels' plan for such a call (bf16 only): what the op
+    launches for bf16 below 8 requests and for sliding windows, for A/B runs
+    against the balanced kernel on any shape. (block_tables: unused; the
+    heuristic before the balanced kernel read its width.)"""
     return Plan.from_ints(_ops().legacy_plan(q, kv_cache, block_tables, window))
 
 
+def balanced_plan(kv_cache: torch.Tensor) -> Plan:
+    """The balanced kernel's plan for a cache of this dtype, whatever the
+    shape (what the op launches for fp8, and for bf16 full attention from 8
+    requests on), for A/B runs."""
+    kv = "fp8" if kv_cache.dtype == torch.float8_e4m3fn else "bf16"
+    return next(p for p in variants() if p.kind == "balanced" and p.kv == kv)
+
+
 def variants() -> list[Plan]:
-    """Every compiled kernel variant, as a plan (legacy split plans with 4 splits)."""
+    """Every compiled kernel variant, as a plan (split plans with 4 splits)."""
     ops = _ops()
     return [Plan.from_ints(ops.variant(i)) for i in range(ops.num_variants())]
 
