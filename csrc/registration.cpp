@@ -1,6 +1,6 @@
 // The flint op library: the schema of flint::decode_attention, once. Each
-// backend registers its implementation next to its code (ops/*.cpp); the fake
-// (meta) implementation lives in python/flint_attention/ops.py.
+// kernel registers next to its code (ops/*.cpp): CPU, CUDA, and Meta (for
+// FakeTensor and torch.compile) in validation.cpp.
 #include <Python.h>
 
 #include <torch/library.h>
