@@ -1,8 +1,8 @@
 """Every input the op rejects (csrc/ops/validation.cpp, and the data contract the
 CPU path checks): each raises RuntimeError with a message naming the argument,
 and the same message under FakeTensorMode (the op's Meta kernel runs the same
-checks). The wrapper adds what the dispatcher cannot tell: None or a non-tensor
-for a tensor (TypeError)."""
+checks). The wrapper adds what the dispatcher cannot tell: a bool window, a
+window past int64, None or a non-tensor for a tensor (TypeError)."""
 
 from __future__ import annotations
 
@@ -131,6 +131,11 @@ BAD_INPUTS = [
     ("out_is_q", lambda a: dict(out=a["q"]), r"out must not share memory with q"),
     ("out_in_kv_cache", lambda a: dict(out=a["kv_cache"].view(-1)[: 2 * 8 * 128].view(2, 8, 128)), r"out must not share memory with kv_cache"),
     ("out_overlaps_q", lambda a: overlapping(a["q"]), r"out must not share memory with q"),
+    # None through the dispatcher (an undefined tensor in C++)
+    ("q_none", lambda a: dict(q=None), r"q must be a tensor, got None"),
+    ("kv_cache_none", lambda a: dict(kv_cache=None), r"kv_cache must be a tensor, got None"),
+    ("sinks_none", lambda a: dict(sinks=None), r"sinks must be a tensor, got None"),
+    ("out_none", lambda a: dict(out=None), r"out must be a tensor, got None"),
 ]
 
 
@@ -174,6 +179,33 @@ def test_torch_compile_raises_while_tracing():
 def wrapper_call(args: dict, **changes):
     a = dict(args, **changes)
     return flint_decode_attention(*(a[n] for n in NAMES))
+
+
+@pytest.mark.parametrize("window", [True, False])
+def test_wrapper_rejects_a_bool_window(window):
+    # The dispatcher takes a bool for an int: True would run as window 1.
+    with pytest.raises(TypeError, match=rf"window must be None or an int, got {window} \(a bool\)"):
+        wrapper_call(valid_args("cpu"), window=window)
+
+
+@pytest.mark.parametrize("window", [2.0, "16", [16]])
+def test_wrapper_rejects_a_window_that_is_not_an_int(window):
+    with pytest.raises(TypeError, match=rf"window must be None or an int, got a {type(window).__name__}"):
+        wrapper_call(valid_args("cpu"), window=window)
+
+
+@pytest.mark.parametrize("window", [2**63, 2**100, -(2**63) - 1])
+def test_wrapper_rejects_a_window_past_int64(window):
+    with pytest.raises(RuntimeError, match=rf"window must be None or >= 1 and fit int64 .*got {window}"):
+        wrapper_call(valid_args("cpu"), window=window)
+
+
+def test_wrapper_takes_the_largest_int64_window_and_numpy_ints():
+    np = pytest.importorskip("numpy")
+    args = valid_args("cpu")
+    full = wrapper_call(args).clone()
+    for window in [2**63 - 1, np.int64(10**6), np.int32(30)]:
+        assert torch.equal(wrapper_call(args, window=window), full), window
 
 
 @pytest.mark.parametrize("name", ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"])

@@ -16,7 +16,13 @@
 namespace flint {
 namespace {
 
+// A None passed through the dispatcher for a Tensor argument arrives undefined.
+void check_defined(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.defined(), "flint.decode_attention: ", name, " must be a tensor, got None");
+}
+
 void check_dtype(const at::Tensor& t, const char* name, at::ScalarType expected) {
+  check_defined(t, name);
   TORCH_CHECK(t.scalar_type() == expected, "flint.decode_attention: ", name, " must be ",
               c10::toString(expected), ", got ", t.scalar_type());
 }
@@ -29,6 +35,7 @@ void check_rank(const at::Tensor& t, const char* name, int64_t rank, const char*
 // The cache may be bf16 or fp8 e4m3 (vLLM's kv_cache_dtype="fp8"); every other
 // element type, the other fp8 flavours included, is named in the error.
 void check_kv_dtype(const at::Tensor& kv_cache) {
+  check_defined(kv_cache, "kv_cache");
   const at::ScalarType t = kv_cache.scalar_type();
   TORCH_CHECK(t == at::kBFloat16 || t == at::kFloat8_e4m3fn, "flint.decode_attention: kv_cache "
               "must be BFloat16 or Float8_e4m3fn (fp8 e4m3, with k_scale and v_scale), got ", t,
@@ -50,6 +57,7 @@ void check_scale(const std::optional<at::Tensor>& scale, const char* name, bool 
               "(Float8_e4m3fn) kv_cache: a float32 tensor of shape [1] or [num_kv_heads] = [",
               num_kv_heads, "] (dequantized = stored x scale)");
   const at::Tensor& s = *scale;
+  check_defined(s, name);
   TORCH_CHECK(s.scalar_type() == at::kFloat, "flint.decode_attention: ", name,
               " must be Float, got ", s.scalar_type());
   TORCH_CHECK(s.dim() == 1 && (s.sym_size(0) == 1 || s.sym_size(0) == num_kv_heads),

@@ -10,6 +10,8 @@ direct ``torch.ops`` call under FakeTensorMode skips it; the real call makes it)
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from flint_attention import _C  # noqa: F401  (loads the library, registers the op)
@@ -18,6 +20,7 @@ HEAD_DIM = 128
 GQA = 8
 PAGE_TOKENS = 16
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _Tensor = torch.Tensor
 
 
@@ -42,6 +45,26 @@ def _check_tensors(tensors: dict) -> None:
                 f"flint.decode_attention: all tensors must be on one device; q is on {device} but "
                 f"{name} is on {t.device}"
             )
+
+
+def _check_window(window):
+    """A window the dispatcher would take otherwise (a bool as 1 or 0) or not
+    at all (past int64); returns it as an int (numpy integers included)."""
+    if isinstance(window, torch.SymInt):
+        return window
+    if isinstance(window, bool):
+        raise TypeError(f"flint.decode_attention: window must be None or an int, got {window} (a bool)")
+    if not isinstance(window, int):
+        try:
+            window = operator.index(window)
+        except TypeError:
+            raise TypeError(f"flint.decode_attention: window must be None or an int, got {_what(window)}") from None
+    if not _INT64_MIN <= window <= _INT64_MAX:
+        raise RuntimeError(
+            "flint.decode_attention: window must be None or >= 1 and fit int64 (<= 2**63 - 1; any "
+            f"window >= seq_len attends to every position), got {window}"
+        )
+    return window
 
 
 def flint_decode_attention(
@@ -90,7 +113,8 @@ def flint_decode_attention(
             before the previous kernel on the stream has finished: that kernel
             must not write them (see the README; ``FLINT_PDL=0`` turns it off).
         sinks: [num_heads] fp32 sink logits.
-        window: attend to the last ``window`` positions (>= 1), or None for all.
+        window: attend to the last ``window`` positions (an int >= 1; not a
+            bool), or None for all.
         scale: softmax scale, finite and > 0 (usually 128 ** -0.5).
         out: [B, num_heads, 128] bf16 output, written in place.
         k_scale, v_scale: with an fp8 cache only (and then both required):
@@ -103,8 +127,8 @@ def flint_decode_attention(
         ``out``.
     """
     # The checks the dispatcher cannot make, at the cost of a few type tests
-    # for plain tensors (C++ checks their devices); all of them for anything
-    # else, fake tensors and torch.compile's tracing included.
+    # for plain tensors and an int window (C++ checks their devices); all of
+    # them for anything else, fake tensors and torch.compile's tracing included.
     if (
         type(q) is not _Tensor or type(kv_cache) is not _Tensor or type(block_tables) is not _Tensor
         or type(seq_lens) is not _Tensor or type(sinks) is not _Tensor or type(out) is not _Tensor
@@ -114,6 +138,8 @@ def flint_decode_attention(
     ):
         _check_tensors(dict(q=q, kv_cache=kv_cache, block_tables=block_tables, seq_lens=seq_lens,
                             sinks=sinks, out=out, k_scale=k_scale, v_scale=v_scale))
+    if window is not None and (type(window) is not int or not _INT64_MIN <= window <= _INT64_MAX):
+        window = _check_window(window)
     torch.ops.flint.decode_attention(
         q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale
     )
