@@ -1,6 +1,6 @@
 // The flint op library: the schema of flint::decode_attention, once. Each
-// kernel registers next to its code (ops/*.cpp): CPU, CUDA, and Meta (for
-// FakeTensor and torch.compile) in validation.cpp.
+// kernel registers next to its code (ops/*.cpp): CPU, CUDA, Autograd, and Meta
+// (for FakeTensor and torch.compile) in validation.cpp.
 #include <Python.h>
 
 #include <torch/library.h>

@@ -22,7 +22,7 @@ def test_schema():
     )
 
 
-@pytest.mark.parametrize("key", ["CPU", "CUDA", "Meta"])
+@pytest.mark.parametrize("key", ["CPU", "CUDA", "Meta", "Autograd"])
 def test_backend_registered(key):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(OP, key)
 
