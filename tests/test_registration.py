@@ -1,7 +1,9 @@
 """How the op is registered: schema, backends, the Meta kernel FakeTensor and
-torch.compile run, opcheck, torch.compile."""
+torch.compile run, opcheck, torch.compile, the op's docstring."""
 
 from __future__ import annotations
+
+import pydoc
 
 import pytest
 import torch
@@ -30,6 +32,14 @@ def test_backend_registered(key):
 def test_fake_is_the_cpp_meta_kernel():
     # No Python fake: FakeTensorMode runs the C++ Meta kernel, i.e. the real checks.
     assert torch._library.simple_registry.singleton.find(OP).fake_impl.kernel is None
+
+
+def test_op_docstring():
+    doc = torch.ops.flint.decode_attention.__doc__
+    assert doc.startswith(str(torch.ops.flint.decode_attention.default._schema))
+    assert "Paged decode attention with sinks" in doc and "Non-finite" in doc
+    assert torch.ops.flint.decode_attention.default.__doc__ == doc
+    assert "Paged decode attention with sinks" in pydoc.render_doc(torch.ops.flint.decode_attention)
 
 
 def sample_inputs(device):

@@ -1,5 +1,5 @@
 """The Python face of ``torch.ops.flint.decode_attention``: the typed wrapper,
-with the argument checks the dispatcher cannot make.
+with the argument checks the dispatcher cannot make, and the op's docstring.
 
 Every other check is C++ (csrc/ops/validation.cpp), run by each backend and by
 the op's Meta kernel, which FakeTensor and ``torch.compile`` use: traced calls
@@ -10,6 +10,7 @@ direct ``torch.ops`` call under FakeTensorMode skips it; the real call makes it)
 
 from __future__ import annotations
 
+import inspect
 import operator
 
 import torch
@@ -93,6 +94,17 @@ def flint_decode_attention(
     computed as the CUDA kernel does it: bf16 inputs, fp32 accumulation, P
     rounded to bf16 for P V. ``seq_lens[b] == 0`` writes zeros.
 
+    Non-finite values (README, Semantics): the formula in the limit. NaN in
+    q[b, h] or sinks[h] makes that head NaN, in an attended K row the 8 heads
+    of its kv head, in an attended V element that dim of them. A logit of
+    -inf (also q . K or its scaled value below -FLT_MAX) has no weight; all
+    -inf give 0. A logit of +inf (or past FLT_MAX) makes the head NaN. A sink
+    of +inf gives 0, of -inf no sink.
+
+    Not differentiable: with grad mode on, a tensor that requires grad (an
+    input or ``out``) raises; call it under ``torch.no_grad()`` or
+    ``torch.inference_mode()``.
+
     CUDA-graph safe: the launch shape depends only on the batch size and the
     number of kv heads; sequence lengths and block tables are read on the device.
 
@@ -144,3 +156,19 @@ def flint_decode_attention(
         q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale
     )
     return out
+
+
+# help(torch.ops.flint.decode_attention) and its __doc__: the wrapper's
+# documentation, after what differs for a direct call.
+_OP_DOC = f"""{torch.ops.flint.decode_attention.default._schema}
+
+The operator behind ``flint_attention.flint_decode_attention``, which calls it
+and returns ``out``; called directly it returns None. The wrapper also rejects
+what the dispatcher passes on as an int (``window=True`` runs as window 1
+here) or cannot carry (a window past int64), and under FakeTensorMode checks
+the tensors' devices.
+
+{inspect.cleandoc(flint_decode_attention.__doc__)}
+"""
+torch.ops.flint.decode_attention.__doc__ = _OP_DOC
+torch.ops.flint.decode_attention.default.__doc__ = _OP_DOC
