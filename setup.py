@@ -1,20 +1,49 @@
 """Builds flint_attention._C: the flint::decode_attention op (CPU path and the
-sm_90a CUDA kernel) as one library that serves every Python >= 3.10."""
+sm_90a CUDA kernel) as one library that serves every Python >= 3.10.
+
+Without a CUDA toolkit (no nvcc), with a CPU-only torch, or with
+FLINT_CPU_ONLY=1, it builds the op without the CUDA kernel: the CPU path, the
+checks and the Meta (fake) kernel, from CPU_SOURCES alone; CUDA tensors then get
+an error that says so.
+"""
 
 import glob
 import os
+import sys
 
+import torch
 from setuptools import find_packages, setup
-from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 # The kernel uses Hopper-only instructions (cp.async.bulk, mbarrier tx counts,
 # griddepcontrol, clusters): build for sm_90a alone, whatever GPU (if any) is here.
 os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-sources = sorted(
-    glob.glob("csrc/**/*.cpp", recursive=True) + glob.glob("csrc/**/*.cu", recursive=True)
-)
+
+# The op without the CUDA kernel: schema, checks (also the Meta kernel), CPU
+# path, Autograd kernel. A CUDA build compiles every source under csrc/ but CPU_ONLY_SOURCES.
+CPU_SOURCES = [
+    "csrc/registration.cpp",
+    "csrc/ops/validation.cpp",
+    "csrc/ops/params_from_tensors.cpp",
+    "csrc/ops/decode_attention_cpu.cpp",
+    "csrc/ops/decode_attention_autograd.cpp",
+]
+# Only in a build without the CUDA kernel: the error CUDA tensors get.
+CPU_ONLY_SOURCES = ["csrc/cpu_only/no_cuda_kernel.cpp"]
+
+
+def why_cpu_only() -> str | None:
+    """Why the CUDA kernel cannot or should not be built here, or None."""
+    if os.environ.get("FLINT_CPU_ONLY", "0") not in ("", "0"):
+        return "FLINT_CPU_ONLY is set"
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build"
+    if CUDA_HOME is None or not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc")):
+        return "no CUDA toolkit (nvcc) found: neither CUDA_HOME nor PATH nor /usr/local/cuda has one"
+    return None
+
 
 nvcc_flags = [
     "-O3",
@@ -30,21 +59,38 @@ nvcc_flags = [
 # mirrors the kernel's rounding; no fma may appear that the source does not write.
 cxx_flags = ["-O3", "-std=c++17", "-DPy_LIMITED_API=0x030a0000", "-fopenmp", "-ffp-contract=off"]
 
+common = dict(
+    name="flint_attention._C",
+    include_dirs=[os.path.join(ROOT, "csrc")],
+    extra_link_args=["-fopenmp"],
+    py_limited_api=True,
+)
+reason = why_cpu_only()
+if reason is None:
+    sources = sorted(
+        set(glob.glob("csrc/**/*.cpp", recursive=True) + glob.glob("csrc/**/*.cu", recursive=True))
+        - set(CPU_ONLY_SOURCES)
+    )
+    extension = CUDAExtension(sources=sources, extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags}, **common)
+else:
+    extension = CppExtension(
+        sources=CPU_SOURCES + CPU_ONLY_SOURCES,
+        extra_compile_args={"cxx": cxx_flags + ["-DFLINT_CPU_ONLY"]},
+        **common,
+    )
+    print(
+        f"\nflint setup: building WITHOUT the CUDA kernel ({reason}).\n"
+        "flint setup: the op runs on CPU tensors only (the CPU path); CUDA tensors raise an error.\n"
+        "flint setup: for the kernel, install the CUDA 13 toolkit and build again without FLINT_CPU_ONLY.\n",
+        file=sys.stderr,
+    )
+
 setup(
     name="flint-attention",
     version="0.1.0",
     packages=find_packages("python"),
     package_dir={"": "python"},
-    ext_modules=[
-        CUDAExtension(
-            name="flint_attention._C",
-            sources=sources,
-            include_dirs=[os.path.join(ROOT, "csrc")],
-            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
-            extra_link_args=["-fopenmp"],
-            py_limited_api=True,
-        )
-    ],
+    ext_modules=[extension],
     cmdclass={"build_ext": BuildExtension},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -15,11 +15,15 @@ import operator
 
 import torch
 
-from flint_attention import _C  # noqa: F401  (loads the library, registers the op)
+from flint_attention import _C
 
 HEAD_DIM = 128
 GQA = 8
 PAGE_TOKENS = 16
+
+# Whether this build has the CUDA kernel (setup.py builds without it where
+# there is no nvcc, or with FLINT_CPU_ONLY=1; CUDA tensors then raise).
+HAS_CUDA_KERNEL = bool(_C.HAS_CUDA_KERNEL)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _Tensor = torch.Tensor
