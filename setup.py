@@ -1,13 +1,21 @@
 """Builds flint_attention._C, the flint::decode_attention op (CPU path and the
 sm_90a CUDA kernels) as one library that serves every Python >= 3.10, and
 flint_attention._testing, the test-only ops (explicit launch plans, a PDL
-writer) that tests and benchmarks load; the operator never does."""
+writer) that tests and benchmarks load; the operator never does.
+
+Without a CUDA toolkit (no nvcc), with a CPU-only torch, or with
+FLINT_CPU_ONLY=1, it builds the op without the CUDA kernel: the CPU path, the
+checks and the Meta (fake) kernel, from CPU_SOURCES alone (and no _testing);
+CUDA tensors then get an error that says so.
+"""
 
 import glob
 import os
+import sys
 
+import torch
 from setuptools import find_packages, setup
-from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 # The kernel uses Hopper-only instructions (cp.async.bulk, mbarrier tx counts,
 # griddepcontrol, clusters): build for sm_90a alone, whatever GPU (if any) is here.
@@ -15,13 +23,39 @@ os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
+# The op without the CUDA kernel: schema, checks (also the Meta kernel), CPU
+# path, Autograd kernel. A CUDA build compiles every source under csrc/ but
+# CPU_ONLY_SOURCES (and the test-only ones, csrc/testing/, into _testing).
+CPU_SOURCES = [
+    "csrc/registration.cpp",
+    "csrc/ops/validation.cpp",
+    "csrc/ops/params_from_tensors.cpp",
+    "csrc/ops/decode_attention_cpu.cpp",
+    "csrc/ops/decode_attention_autograd.cpp",
+]
+# Only in a build without the CUDA kernel: the error CUDA tensors get.
+CPU_ONLY_SOURCES = ["csrc/cpu_only/no_cuda_kernel.cpp"]
+
 
 def sources(*patterns):
     return sorted(f for p in patterns for f in glob.glob(p, recursive=True))
 
 
-testing_sources = sources("csrc/testing/*.cpp", "csrc/testing/*.cu")
-op_sources = [f for f in sources("csrc/**/*.cpp", "csrc/**/*.cu") if f not in testing_sources]
+TESTING_SOURCES = sources("csrc/testing/*.cpp", "csrc/testing/*.cu")
+OP_SOURCES = [f for f in sources("csrc/**/*.cpp", "csrc/**/*.cu")
+              if f not in TESTING_SOURCES and f not in CPU_ONLY_SOURCES]
+
+
+def why_cpu_only() -> str | None:
+    """Why the CUDA kernel cannot or should not be built here, or None."""
+    if os.environ.get("FLINT_CPU_ONLY", "0") not in ("", "0"):
+        return "FLINT_CPU_ONLY is set"
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build"
+    if CUDA_HOME is None or not os.path.isfile(os.path.join(CUDA_HOME, "bin", "nvcc")):
+        return "no CUDA toolkit (nvcc) found: neither CUDA_HOME nor PATH nor /usr/local/cuda has one"
+    return None
+
 
 nvcc_flags = [
     "-O3",
@@ -36,17 +70,7 @@ nvcc_flags = [
 # CPU path's threads share torch's own libgomp). -ffp-contract=off: the CPU path
 # mirrors the kernel's rounding; no fma may appear that the source does not write.
 cxx_flags = ["-O3", "-std=c++17", "-DPy_LIMITED_API=0x030a0000", "-fopenmp", "-ffp-contract=off"]
-
-
-def extension(name, srcs, **kw):
-    return CUDAExtension(
-        name=name,
-        sources=srcs,
-        include_dirs=[os.path.join(ROOT, "csrc")],
-        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
-        py_limited_api=True,
-        **kw,
-    )
+common = dict(include_dirs=[os.path.join(ROOT, "csrc")], py_limited_api=True)
 
 
 class Build(BuildExtension):
@@ -65,15 +89,34 @@ class Build(BuildExtension):
         super().build_extension(ext)
 
 
+reason = why_cpu_only()
+if reason is None:
+    cuda_flags = {"cxx": cxx_flags, "nvcc": nvcc_flags}
+    extensions = [
+        CUDAExtension("flint_attention._C", OP_SOURCES, extra_compile_args=cuda_flags,
+                      extra_link_args=["-fopenmp"], **common),
+        CUDAExtension("flint_attention._testing", TESTING_SOURCES, extra_compile_args=cuda_flags,
+                      **common),
+    ]
+else:
+    extensions = [
+        CppExtension("flint_attention._C", CPU_SOURCES + CPU_ONLY_SOURCES,
+                     extra_compile_args={"cxx": cxx_flags + ["-DFLINT_CPU_ONLY"]},
+                     extra_link_args=["-fopenmp"], **common),
+    ]
+    print(
+        f"\nflint setup: building WITHOUT the CUDA kernel ({reason}).\n"
+        "flint setup: the op runs on CPU tensors only (the CPU path); CUDA tensors raise an error.\n"
+        "flint setup: for the kernel, install the CUDA 13 toolkit and build again without FLINT_CPU_ONLY.\n",
+        file=sys.stderr,
+    )
+
 setup(
     name="flint-attention",
     version="0.1.0",
     packages=find_packages("python"),
     package_dir={"": "python"},
-    ext_modules=[
-        extension("flint_attention._C", op_sources, extra_link_args=["-fopenmp"]),
-        extension("flint_attention._testing", testing_sources),
-    ],
+    ext_modules=extensions,
     cmdclass={"build_ext": Build},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

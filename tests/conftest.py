@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from flint_attention import flint_decode_attention
+from flint_attention.ops import HAS_CUDA_KERNEL
 from flint_attention.testing import (
     BF16_VS_F64,
     DEFAULT_SCALE,
@@ -39,6 +40,8 @@ GPU_VS_CPU = Tolerance(rel_fro=4e-3, atol=2**-7, rtol=2**-7)
 
 
 def _hopper_skip_reason() -> str | None:
+    if not HAS_CUDA_KERNEL:
+        return "this build of flint has no CUDA kernel (built without nvcc or with FLINT_CPU_ONLY=1)"
     if not torch.cuda.is_available():
         return "needs a Hopper (sm_90) GPU; none here"
     cap = torch.cuda.get_device_capability()

@@ -65,9 +65,10 @@ def emulate_kernel(inp, window, scale) -> torch.Tensor:
             rows = [kv[table[b, p // PAGE_TOKENS], h // GQA, p % PAGE_TOKENS] for p in span]
             s = [f32(np.dot(q[b, h].astype(np.float64), r[:HEAD_DIM])) for r in rows]  # exact
             ms = f32(max(s) * c)
+            shift = f32(0) if ms == -np.inf else ms  # every logit -inf: no NaN from -inf - -inf
             l, o = f32(0), np.zeros(HEAD_DIM, dtype=f32)
             for s_p, row in zip(s, rows):
-                p = f32(_libm.exp2f(_libm.fmaf(s_p, c, -ms)))
+                p = f32(_libm.exp2f(_libm.fmaf(s_p, c, -shift)))
                 l = f32(l + p)
                 o = o + round_p(p) * row[HEAD_DIM:]
             inv = f32(v_scale[h // GQA]) / f32(l + f32(_libm.exp2f(f32(sinks[h]) * f32(LOG2E) - ms)))
@@ -90,6 +91,23 @@ def test_matches_kernel_numerics_bitwise(window, scale, kv_dtype):
     expected = emulate_kernel(inp, window, scale)
     mismatch = (out.view(torch.int16) != expected.view(torch.int16)).nonzero()
     assert len(mismatch) == 0, f"{len(mismatch)} coordinates differ, first {mismatch[0].tolist()}"
+
+
+def test_minus_inf_logits_bitwise():
+    # Request 1's logits are all -inf (a -inf key element times q > 0), request
+    # 2's partly: the shift of 0 instead of -inf (README, Non-finite values).
+    inp = make_paged_inputs(3, [33, 40, 50], 1, None, "cpu", shuffle_blocks=False, poison=False)
+    ints = lambda t: torch.randint(-2, 3, t.shape).float()  # noqa: E731
+    inp.q.copy_(ints(inp.q))
+    inp.q[..., 0] = 1
+    keys = inp.kv_cache[..., :HEAD_DIM]
+    keys.copy_(ints(keys))
+    table = inp.block_tables
+    keys[table[1, :3].long(), :, :, 0] = -torch.inf  # positions 0..47 of request 1
+    keys[table[2, 1].long(), :, 3:9, 0] = -torch.inf  # positions 19..24 of request 2
+    out = run_op(inp, None)
+    assert torch.equal(out[1], torch.zeros_like(out[1])) and out[2].isfinite().all()
+    assert torch.equal(out.view(torch.int16), emulate_kernel(inp, None, 128**-0.5).view(torch.int16))
 
 
 def test_thread_count_does_not_change_bits():

@@ -1,7 +1,9 @@
-"""How the op is registered: schema, backends, fake implementation, opcheck and
-torch.compile."""
+"""How the op is registered: schema, backends, the Meta kernel FakeTensor and
+torch.compile run, opcheck, torch.compile, the op's docstring."""
 
 from __future__ import annotations
+
+import pydoc
 
 import pytest
 import torch
@@ -22,9 +24,22 @@ def test_schema():
     )
 
 
-@pytest.mark.parametrize("key", ["CPU", "CUDA"])
+@pytest.mark.parametrize("key", ["CPU", "CUDA", "Meta", "Autograd"])
 def test_backend_registered(key):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(OP, key)
+
+
+def test_fake_is_the_cpp_meta_kernel():
+    # No Python fake: FakeTensorMode runs the C++ Meta kernel, i.e. the real checks.
+    assert torch._library.simple_registry.singleton.find(OP).fake_impl.kernel is None
+
+
+def test_op_docstring():
+    doc = torch.ops.flint.decode_attention.__doc__
+    assert doc.startswith(str(torch.ops.flint.decode_attention.default._schema))
+    assert "Paged decode attention with sinks" in doc and "Non-finite" in doc
+    assert torch.ops.flint.decode_attention.default.__doc__ == doc
+    assert "Paged decode attention with sinks" in pydoc.render_doc(torch.ops.flint.decode_attention)
 
 
 def sample_inputs(device):
@@ -65,7 +80,7 @@ def test_fake_rejects_wrong_dtypes_and_devices():
     long_lens = inp.seq_lens.long()
     with FakeTensorMode() as mode:
         q, kv_cache, block_tables, seq_lens, sinks, out = (mode.from_tensor(t) for t in inp[:6])
-        with pytest.raises(RuntimeError, match="seq_lens must be torch.int32, got torch.int64"):
+        with pytest.raises(RuntimeError, match="seq_lens must be Int, got Long"):
             flint_decode_attention(q, kv_cache, block_tables, mode.from_tensor(long_lens), sinks,
                                    None, 0.1, out)
         meta_q = torch.empty(2, 8, 128, dtype=torch.bfloat16, device="meta")
@@ -89,6 +104,23 @@ def test_torch_compile_fullgraph(device):
     result = compiled(*inp[:6])
     assert torch.equal(result, expected)
     assert torch.equal(inp.out, eager_out), "the compiled call must write out in place"
+
+
+def test_torch_compile_dynamic_shapes(device):
+    # Symbolic batch and block counts reach the Meta kernel's checks as SymInts.
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        return flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.125, out) + 1
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, dynamic=True)
+    for batch, lens in [(3, [9, 0, 70]), (5, [1, 2, 300, 17, 16])]:
+        inp = make_paged_inputs(batch, lens, 2, None, device)
+        expected = step(*inp[:6]).clone()
+        inp.out.fill_(float("nan"))
+        assert torch.equal(compiled(*inp[:6]), expected)
+    bad = make_paged_inputs(4, [1, 2, 3, 4], 2, None, device)
+    with pytest.raises(RuntimeError, match=r"seq_lens must have \w+ entries \(the batch size of q\)"):
+        compiled(bad.q, bad.kv_cache, bad.block_tables, bad.seq_lens[:3], bad.sinks, bad.out)
 
 
 def test_wrapper_returns_out(device):

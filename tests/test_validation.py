@@ -1,5 +1,8 @@
 """Every input the op rejects (csrc/ops/validation.cpp, and the data contract the
-CPU path checks): each raises RuntimeError with a message naming the argument."""
+CPU path checks): each raises RuntimeError with a message naming the argument,
+and the same message under FakeTensorMode (the op's Meta kernel runs the same
+checks). The wrapper adds what the dispatcher cannot tell: a bool window, a
+window past int64, None or a non-tensor for a tensor (TypeError)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import math
 import pytest
 import torch
 from conftest import needs_hopper
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from flint_attention import flint_decode_attention
 from flint_attention.testing import DEFAULT_SCALE, make_paged_inputs
@@ -59,6 +63,13 @@ def every_other(t, dim):
 def block_padded(kv_cache):
     """Blocks 4097 elements apart: a block stride that is not a multiple of 8."""
     return padded(kv_cache.flatten(1), 1, 1).unflatten(1, kv_cache.shape[1:])
+
+
+def overlapping(q):
+    """q and an out of its shape in one buffer, out starting at q's second head."""
+    buf = torch.empty(2 * q.numel(), dtype=q.dtype, device=q.device)
+    q2 = buf[: q.numel()].view(q.shape).copy_(q)
+    return dict(q=q2, out=buf[128 : 128 + q.numel()].view(q.shape))
 
 
 def with_shape(t, *shape):
@@ -119,6 +130,12 @@ BAD_INPUTS = [
     ("out_expanded", lambda a: dict(out=a["out"][:1].expand(2, 8, 128)), r"out must not have overlapping rows"),
     ("out_is_q", lambda a: dict(out=a["q"]), r"out must not share memory with q"),
     ("out_in_kv_cache", lambda a: dict(out=a["kv_cache"].view(-1)[: 2 * 8 * 128].view(2, 8, 128)), r"out must not share memory with kv_cache"),
+    ("out_overlaps_q", lambda a: overlapping(a["q"]), r"out must not share memory with q"),
+    # None through the dispatcher (an undefined tensor in C++)
+    ("q_none", lambda a: dict(q=None), r"q must be a tensor, got None"),
+    ("kv_cache_none", lambda a: dict(kv_cache=None), r"kv_cache must be a tensor, got None"),
+    ("sinks_none", lambda a: dict(sinks=None), r"sinks must be a tensor, got None"),
+    ("out_none", lambda a: dict(out=None), r"out must be a tensor, got None"),
 ]
 
 
@@ -128,6 +145,80 @@ def test_rejects_bad_input(device, change, match):
     args.update(change(args))
     with pytest.raises(RuntimeError, match=match):
         call(args)
+
+
+@pytest.mark.parametrize("change, match", [pytest.param(c, m, id=i) for i, c, m in BAD_INPUTS])
+def test_fake_tensors_raise_the_same_errors(change, match):
+    # Under FakeTensorMode (what torch.compile traces with) the op's Meta
+    # kernel runs the checks above, so a traced call fails as the real one.
+    args = valid_args("cpu")
+    args.update(change(args))
+    with FakeTensorMode() as mode:
+        fake = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+        with pytest.raises(RuntimeError, match=match):
+            call(fake)
+
+
+def test_torch_compile_raises_while_tracing():
+    # The error comes from tracing with fake tensors (dynamo wraps it), before
+    # anything runs.
+    args = valid_args("cpu")
+    args["sinks"] = args["sinks"][:4]
+
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        return flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.1, out)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="eager")
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=r"sinks must have num_heads = 8 entries"):
+        compiled(*(args[n] for n in ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"]))
+    assert args["out"].isnan().all(), "nothing ran"
+
+
+# The wrapper's own checks: what the dispatcher would pass on as something else.
+def wrapper_call(args: dict, **changes):
+    a = dict(args, **changes)
+    return flint_decode_attention(*(a[n] for n in NAMES))
+
+
+@pytest.mark.parametrize("window", [True, False])
+def test_wrapper_rejects_a_bool_window(window):
+    # The dispatcher takes a bool for an int: True would run as window 1.
+    with pytest.raises(TypeError, match=rf"window must be None or an int, got {window} \(a bool\)"):
+        wrapper_call(valid_args("cpu"), window=window)
+
+
+@pytest.mark.parametrize("window", [2.0, "16", [16]])
+def test_wrapper_rejects_a_window_that_is_not_an_int(window):
+    with pytest.raises(TypeError, match=rf"window must be None or an int, got a {type(window).__name__}"):
+        wrapper_call(valid_args("cpu"), window=window)
+
+
+@pytest.mark.parametrize("window", [2**63, 2**100, -(2**63) - 1])
+def test_wrapper_rejects_a_window_past_int64(window):
+    with pytest.raises(RuntimeError, match=rf"window must be None or >= 1 and fit int64 .*got {window}"):
+        wrapper_call(valid_args("cpu"), window=window)
+
+
+def test_wrapper_takes_the_largest_int64_window_and_numpy_ints():
+    np = pytest.importorskip("numpy")
+    args = valid_args("cpu")
+    full = wrapper_call(args).clone()
+    for window in [2**63 - 1, np.int64(10**6), np.int32(30)]:
+        assert torch.equal(wrapper_call(args, window=window), full), window
+
+
+@pytest.mark.parametrize("name", ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"])
+@pytest.mark.parametrize("value", [None, [1.0]], ids=["None", "list"])
+def test_wrapper_rejects_a_non_tensor(name, value):
+    with pytest.raises(TypeError, match=rf"flint.decode_attention: {name} must be a tensor, got {'None' if value is None else 'a list'}"):
+        wrapper_call(valid_args("cpu"), **{name: value})
+
+
+def test_wrapper_rejects_a_non_tensor_scale():
+    args = valid_args("cpu")
+    with pytest.raises(TypeError, match=r"k_scale must be None or a tensor, got a float"):
+        flint_decode_attention(*(args[n] for n in NAMES), k_scale=0.5)
 
 
 @needs_hopper

@@ -154,30 +154,39 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
     }
     for (int j = 0; j < kGqa; ++j) {
       scores[i * kGqa + j] = s[j];
-      m[j] = std::max(m[j], s[j]);
+      m[j] = std::max(m[j], s[j]);  // a NaN s is passed over, as by fmaxf on the GPU
     }
   }
 
   // p = exp2(s * c - m * c), the exponent formed by one fma as on the GPU;
   // l sums the fp32 p, while P V uses p rounded to the MMA operand type.
+  // When m * c is -inf (every logit -inf, or overflowing fp32 below -FLT_MAX)
+  // every p is 0 and the shift is 0 instead of -inf, which would make -inf -
+  // -inf = NaN of each p; the sink term below keeps m * c (README, Non-finite
+  // values).
   const float c = p.scale_log2 * kv_scale(p.k_scale, p.k_scale_stride, kvh) * exp2i(q_exp);
-  float ms[kGqa];
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float ms[kGqa], shift[kGqa];
   float l[kGqa] = {};
   float o[kGqa][kHeadDim] = {};
-  for (int j = 0; j < kGqa; ++j) ms[j] = m[j] * c;
+  for (int j = 0; j < kGqa; ++j) {
+    ms[j] = m[j] * c;
+    shift[j] = ms[j] == neg_inf ? 0.f : ms[j];
+  }
   for (int i = 0; i < n; ++i) {
     const auto* row = token_row<Elem>(p, b, kvh, span.start + i);
     float v[kHeadDim];
     for (int d = 0; d < kHeadDim; ++d) v[d] = Elem::to_float(row[kHeadDim + d]);
     for (int j = 0; j < kGqa; ++j) {
-      const float pj = std::exp2(std::fma(scores[i * kGqa + j], c, -ms[j]));
+      const float pj = std::exp2(std::fma(scores[i * kGqa + j], c, -shift[j]));
       l[j] += pj;
       const float pb = Elem::round_operand(pj);
       for (int d = 0; d < kHeadDim; ++d) o[j][d] += pb * v[d];
     }
   }
 
-  // The sink is one more logit: it only adds exp(sink - m) to the denominator.
+  // The sink is one more logit: it only adds exp(sink - m) to the denominator
+  // (+inf for a finite sink when m * c is -inf: the output is then 0).
   const float v_scale = kv_scale(p.v_scale, p.v_scale_stride, kvh);
   for (int j = 0; j < kGqa; ++j) {
     const float sink = p.sinks[kvh * kGqa + j];

@@ -1,4 +1,5 @@
-// Argument checks shared by every backend of flint::decode_attention.
+// Argument checks shared by every backend of flint::decode_attention, and by its
+// Meta kernel (FakeTensor, torch.compile).
 #pragma once
 
 #include <optional>
@@ -10,7 +11,10 @@ namespace flint {
 // Throws (TORCH_CHECK) with a message naming the argument, what was expected and
 // what was given, for every input the kernel cannot take. Data-dependent limits
 // (block ids, seq_len range, scale values) are not checked here: reading them
-// needs a sync.
+// needs a sync. It reads metadata only, through SymInts, so that it also runs on
+// meta and fake tensors with symbolic shapes (the op's Meta kernel, registered
+// in validation.cpp): there, alignment is judged from the storage
+// offset, and all tensors are on the meta device, so devices go unchecked.
 void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  const at::Tensor& sinks, std::optional<int64_t> window,

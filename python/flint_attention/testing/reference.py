@@ -4,10 +4,19 @@ Written from the math, not from the kernel: gather the attended K/V through
 the block table (dequantized, stored x scale, for an fp8 cache), softmax with
 the sink as one more logit, all in float64. It shares nothing with the C++
 paths but the input layout.
+
+Non-finite values follow the README's rule (Semantics, Non-finite values): the
+softmax is taken in the limit, with the max over the finite logits only, so
+that exp(-inf) = 0 (a -inf logit has no weight, a -inf sink is no sink) and
+exp(+inf) = inf (a +inf logit gives inf / inf = NaN, a +inf sink takes all the
+weight); NaN propagates. On top of the math, explicitly: the op's logits are
+float32, so q . K_stored, its scaled value s * scale * log2(e) * k_scale and
+sink * log2(e) overflow to +-inf beyond FLT_MAX (_fp32_overflow).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -15,6 +24,14 @@ import torch
 from flint_attention.ops import GQA, HEAD_DIM, PAGE_TOKENS
 
 DEFAULT_SCALE = HEAD_DIM**-0.5
+FLT_MAX = torch.finfo(torch.float32).max
+LOG2E = math.log2(math.e)
+
+
+def _fp32_overflow(x: torch.Tensor, factor: float | torch.Tensor = 1.0) -> torch.Tensor:
+    """x (float64), with +-inf where x * factor is beyond float32's range: the
+    op computes these quantities in float32 (README: Non-finite values)."""
+    return torch.where((x * factor).abs() > FLT_MAX, x.sign() * math.inf, x)
 
 
 def attended_span(seq_len: int, window: int | None) -> range:
@@ -46,12 +63,13 @@ def reference_decode_attention(
     out[b, h] = sum_p exp(s_p) V[p] / (sum_p exp(s_p) + exp(sinks[h])) with
     s_p = scale * q[b, h] . K[p] over the attended positions p; no positions
     (seq_len 0) gives zeros. With an fp8 cache K = stored x k_scale and V =
-    stored x v_scale (per tensor or per kv head).
+    stored x v_scale (per tensor or per kv head). NaN and infinities: see the
+    module's docstring.
     """
     batch, num_heads, _ = q.shape
     num_kv_heads = kv_cache.shape[1]
     out = torch.zeros(batch, num_heads, HEAD_DIM, dtype=torch.float64, device=q.device)
-    sink_logits = sinks.to(torch.float64).view(num_kv_heads, GQA, 1)
+    sinks_f32 = _fp32_overflow(sinks.to(torch.float64).view(num_kv_heads, GQA, 1), LOG2E)
     ks = _per_head(k_scale, num_kv_heads).to(q.device)
     vs = _per_head(v_scale, num_kv_heads).to(q.device)
     # One request at a time: the inputs are ragged and a padded batch of long
@@ -64,14 +82,19 @@ def reference_decode_attention(
         blocks = block_tables[b].long()[positions // PAGE_TOKENS].to(kv_cache.device)
         rows = kv_cache[blocks, :, (positions % PAGE_TOKENS).to(kv_cache.device)]
         rows = rows.to(q.device, torch.float64)  # [n, kvh, 256]
-        keys = rows[..., :HEAD_DIM].transpose(0, 1) * ks  # [kvh, n, 128]
+        stored_keys = rows[..., :HEAD_DIM].transpose(0, 1)  # [kvh, n, 128]
         values = rows[..., HEAD_DIM:].transpose(0, 1) * vs
         queries = q[b].to(torch.float64).view(num_kv_heads, GQA, HEAD_DIM)
-        logits = scale * queries @ keys.transpose(1, 2)  # [kvh, 8, n]
-        # Softmax over [logits, sink], shifted by the max of both for range.
-        shift = torch.maximum(logits.amax(-1, keepdim=True), sink_logits)
+        # q . K_stored, then scaled: float32 quantities in the op (overflow).
+        dots = _fp32_overflow(queries @ stored_keys.transpose(1, 2))  # [kvh, 8, n]
+        logits = _fp32_overflow(scale * ks * dots, LOG2E)
+        # Softmax over [logits, sink], shifted by the max of the finite ones
+        # (0 if none is) so that infinities keep their limits.
+        both = torch.cat([logits, sinks_f32], -1)
+        shift = torch.where(both.isfinite(), both, -math.inf).amax(-1, keepdim=True)
+        shift = torch.where(shift == -math.inf, 0.0, shift)
         weights = torch.exp(logits - shift)
-        denominator = weights.sum(-1, keepdim=True) + torch.exp(sink_logits - shift)
+        denominator = weights.sum(-1, keepdim=True) + torch.exp(sinks_f32 - shift)
         out[b] = ((weights @ values) / denominator).reshape(num_heads, HEAD_DIM)
     return out
 
