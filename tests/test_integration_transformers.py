@@ -27,6 +27,8 @@ require the check to fail.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -39,16 +41,20 @@ from flint_attention.integrations import transformers as flint_tf  # noqa: E402
 from flint_attention.ops import GQA  # noqa: E402
 
 # Max |flint - eager| over the vocabulary, per request and step, for the
-# logits of random_gpt_oss (std ~1). Measured with the CPU path (seeds 0-3,
-# prompts [9, 120, 300] and [9, 300, 2048], kv heads 2 and 8, 32 steps): at
-# most 0.050. The errors this test exists to catch move the logits far more:
-# a window off by one (W - 1 or W + 1) by 0.27 or more on every seed, sinks
-# or GQA groups of the wrong heads by 0.35 or more. 0.1 sits 2x above the
-# noise and 2.7x below the smallest of those.
+# logits of random_gpt_oss (std ~1). Measured with the CPU path, seeds 0-3,
+# 32 steps, kv heads 2 and 8, prompts [9, 120, 300] (experts as on the CPU and
+# as on CUDA) and [9, 300, 2048] (as on CUDA): at most 0.051. The errors this
+# test exists to catch move the logits far more: a window off by one (W - 1
+# or W + 1) by 0.27 or more in all those runs; the sinks of the other kv
+# group by 0.36 or more and interleaved GQA groups by 4 or more (prompts
+# [9, 120, 300], experts as on the CPU). 0.1 sits 2x above the noise and 2.7x
+# below the smallest of those. FLINT_ERROR_LOG=path records
+# what each run measures (a JSON line per comparison).
 LOGIT_BOUND = 0.1
-# Two logits that each move by at most the measured noise (0.05) can swap
-# places only if they were at most 0.1 apart: a token flip is accepted there
-# and nowhere else.
+# Two logits that each move by no more than the noise (0.051) can swap places
+# only if they were about 0.1 apart or closer: a token flip is accepted there
+# and nowhere else. (The flips seen in the measurements above were at
+# margins of 0.022 or less.)
 TIE_MARGIN = 0.1
 STEPS = 32
 CPU_PROMPT_LENS = [9, 120, 300]  # < window; crosses the window (128) at step 9; > window
@@ -65,12 +71,18 @@ def check_decoding(flint: flint_tf.Generation, eager: flint_tf.Generation) -> No
     diff = (flint.logits - eager.logits).abs().amax(-1).cpu()  # [B, steps + 1]
     top2 = eager.logits.topk(2, dim=-1).values.cpu()
     margin = top2[..., 0] - top2[..., 1]
+    flips = (flint.tokens != eager.tokens).cpu()
+    log = os.environ.get("FLINT_ERROR_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps(dict(kind="gpt-oss logits, flint vs eager",
+                                    test=os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                                    max_logit_diff=float(diff.max()), flip_margins=margin[flips].tolist())) + "\n")
     request, step = divmod(int(diff.argmax()), diff.shape[1])
     assert diff.max() <= LOGIT_BOUND, (
         f"logits differ by up to {diff.max():.4f} > {LOGIT_BOUND} (request {request}, step {step}); "
         f"worst per request {[round(x, 4) for x in diff.amax(1).tolist()]}"
     )
-    flips = (flint.tokens != eager.tokens).cpu()
     bad = flips & (margin > TIE_MARGIN)
     assert not bad.any(), (
         f"tokens differ at (request, step) {bad.nonzero().tolist()} where the reference's top-2 margin is "
@@ -120,7 +132,7 @@ def _interleaved_groups(self, layer, query, sinks, window, scale):
 
 
 @pytest.mark.parametrize("cpu_reference", [2], indirect=True, ids=["kvh2"])
-@pytest.mark.parametrize("error", ["window+1", "window-1", "sinks of the other group", "gqa interleaved"])
+@pytest.mark.parametrize("error", ["window+1", "window-1", "sinks-of-the-other-group", "gqa-interleaved"])
 def test_check_catches_convention_errors(cpu_reference, error, monkeypatch):
     model, prompts, eager = cpu_reference
     if error.startswith("window"):
@@ -201,7 +213,12 @@ def test_gpu_decoding_matches_eager(kv_heads, exact_bf16_gemms):
 
 @needs_hopper
 @pytest.mark.parametrize("kv_heads", [2, 8])
-def test_cuda_graph_decoding_matches_eager(kv_heads, exact_bf16_gemms):
+def test_cuda_graph_decoding_matches_eager(kv_heads, exact_bf16_gemms, monkeypatch):
     """Every decode step is a replay of one captured graph."""
     model, prompts, eager = reference_decoding(kv_heads, GPU_PROMPT_LENS, "cuda")
-    check_decoding(flint_decoding(model, prompts, eager, cuda_graph=True), eager)
+    replays = []
+    real_replay = torch.cuda.CUDAGraph.replay
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", lambda graph: (replays.append(graph), real_replay(graph))[1])
+    flint = flint_decoding(model, prompts, eager, cuda_graph=True)
+    assert len(replays) == STEPS and len(set(map(id, replays))) == 1, f"{len(replays)} replays"
+    check_decoding(flint, eager)
