@@ -320,6 +320,8 @@ def flint_generate(model, prompts: Sequence[Sequence[int]], steps: int, *, cuda_
     device = model.device
     if model.dtype != torch.bfloat16:
         raise ValueError(f"Flint needs a bf16 model, got {model.dtype}")
+    if cuda_graph and device.type != "cuda":
+        raise ValueError(f"cuda_graph needs the model on a CUDA device, it is on {device}")
     cache = FlintPagedCache(model.config, len(prompts), max(map(len, prompts)) + steps, device)
     forward = GraphedDecodeStep(model, cache) if cuda_graph else (lambda ids: decode_step(model, cache, ids))
 
