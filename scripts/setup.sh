@@ -39,6 +39,8 @@ for module in numpy pytest ninja wheel; do
 done
 "$PY" -c 'from importlib.metadata import version; raise SystemExit(int(version("setuptools").split(".")[0]) < 70)' \
   2>/dev/null || missing+=("setuptools>=70")
+# The transformers integration and its tests (the GPU machine has this version).
+"$PY" -c "import transformers" 2>/dev/null || missing+=("transformers==5.17.0")
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   "$PY" -m pip install "${missing[@]}"
