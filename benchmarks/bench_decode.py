@@ -800,10 +800,9 @@ def worker_main(args) -> int:
     import bench_gpu as G
     import peer_xqa
 
-    for var in ("FLINT_LAUNCH_CONFIG", "FLINT_REFILL_AFTER_WAIT", "FLINT_PDL"):
-        if var in os.environ:
-            log(f"warning: {var}={os.environ[var]} is set: unset for this run (default timings)")
-            os.environ.pop(var)
+    if "FLINT_PDL" in os.environ:  # read once by the op: default timings need it unset
+        log(f"warning: FLINT_PDL={os.environ['FLINT_PDL']} is set: unset for this run (default timings)")
+        os.environ.pop("FLINT_PDL")
     l2 = grid.L2_BYTES_DEFAULT
     if cuda:
         props = torch.cuda.get_device_properties(0)

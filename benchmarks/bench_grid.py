@@ -332,8 +332,3 @@ def check_requests(row: Row, peers: bool = False) -> list[int]:
     if pads and not peers:
         picks.add(pads[0])
     return sorted(picks)
-
-
-def format_config(cfg) -> str:
-    """(kept for benchmarks/timeline.py until it goes)"""
-    return ",".join(str(int(x)) for x in cfg)

@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# One device call of this session's runs: the named steps in order, each under
-# a time limit, a short summary last (and in $OUT/summary.txt).
-#   bash benchmarks/device_run.sh build smoke ab memcheck tests racecheck synccheck bench
-# TEST_FILES / TEST_K select the `tests` step, AB_ARGS / BENCH_ARGS the benchmarks.
+# The GPU machine's one script: the named steps in order, each under a time
+# limit, a short summary last (and in $OUT/summary.txt).
+#   bash benchmarks/device_run.sh build smoke tests memcheck racecheck synccheck sass ab bench ncu demo
+#   build      the extension (pip install -e ., the system g++)
+#   smoke      tests/test_balanced.py, test_fp8.py, test_kernel_variants.py (GPU ids)
+#   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu)
+#   memcheck / racecheck / synccheck   compute-sanitizer on benchmarks/sanitize_cases.py
+#   sass       every kernel of the shipped .so: PDL, bulk copies, MMA, no local memory
+#   ab         benchmarks/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
+#   bench      benchmarks/bench_decode.py (BENCH_ARGS; peers from .whl and .peers,
+#              carried: benchmarks/WHEELS.md, PEERS.md)
+#   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan; ...")
+#   demo       python -m flint_attention
+# Record what each call showed in benchmarks/logs/ (the session's file).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_out}
@@ -42,7 +52,32 @@ for step in "$@"; do
     racecheck) sanitize racecheck "${SAN_S:-200}" --quick ;;
     synccheck) sanitize synccheck "${SAN_S:-120}" --quick ;;
     ab) timeout "${AB_S:-200}" python3 benchmarks/quick_ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -70 ;;
-    bench) timeout "${BENCH_S:-420}" python3 benchmarks/bench_decode.py --out-dir "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -80 ;;
+    sass)
+      for so in python/flint_attention/_C*.so; do
+        cuobjdump --dump-sass "$so" >"$OUT/sass.txt" 2>&1
+        note "sass $(basename "$so"): $(grep -c 'Function : .*decode_attention' "$OUT/sass.txt") decode kernels, ACQBULK x$(grep -c ACQBULK "$OUT/sass.txt"), PREEXIT x$(grep -c PREEXIT "$OUT/sass.txt"), UBLKCP x$(grep -c UBLKCP "$OUT/sass.txt"), HMMA x$(grep -c HMMA "$OUT/sass.txt"), LDL/STL x$(grep -cE '\b(LDL|STL)\b' "$OUT/sass.txt")"
+      done
+      gzip -f "$OUT/sass.txt" ;;
+    bench)
+      site=
+      if ls .whl/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+          --target /tmp/site .whl/*.whl >"$OUT/wheels.log" 2>&1 && site=/tmp/site
+      fi
+      PYTHONPATH=$PYTHONPATH${site:+:$site} FLINT_GIT_COMMIT=${FLINT_COMMIT:-} timeout "${BENCH_S:-420}" \
+        python3 benchmarks/bench_decode.py --out-dir "$OUT" --budget-s "${BENCH_BUDGET_S:-330}" \
+        ${BENCH_ARGS:-} 2>"$OUT/bench.err" | tee "$OUT/bench.log" | tail -100
+      note "bench rc=$?" ;;
+    ncu)
+      IFS=';' read -ra specs <<<"${NCU_SPECS:-b1_l8k default; b1_l8k legacy}"
+      for spec in "${specs[@]}"; do
+        set -- $spec
+        timeout 90 ncu --clock-control none -k regex:decode_attention -s 20 -c 1 --section SpeedOfLight \
+          --section WarpStateStats --section LaunchStats --section Occupancy \
+          python3 benchmarks/ncu_row.py "$1" "$2" >"$OUT/ncu_$1_$2.txt" 2>&1
+        note "ncu $1 $2: $(grep -E 'Duration' "$OUT/ncu_$1_$2.txt" | tr -s ' ' | tr '\n' ' ')"
+      done ;;
+    demo) python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15; note "demo rc=$?" ;;
   esac
 done
 echo; echo "==== summary"; cat "$summary"

@@ -3,7 +3,7 @@ inputs (the 21st is the one to profile: ncu -s 20 -c 1), so that caches and
 the workspace are warm and the profiled launch is a steady-state one.
 
     ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \\
-        python benchmarks/ncu_row.py ROW PLAN     (PLAN: default | legacy | w4s3 | w8s2 ...)
+        python benchmarks/ncu_row.py ROW PLAN     (PLAN: default | legacy (split kernels) | balanced)
 """
 
 import sys
@@ -26,8 +26,7 @@ if which == "default":
 elif which == "legacy":
     plan = plans.legacy_plan(s.q, s.kv_cache, s.block_tables, window)
 else:
-    w, st = int(which[1]), int(which[3])
-    plan = plans.Plan(warps=w, stages=st, refill_after_wait=-1)
+    plan = plans.balanced_plan(s.kv_cache)
 print(row, plan.name, flush=True)
 for i in range(24):
     x = sets[i % 3]

@@ -1,5 +1,6 @@
 """A quick A/B of launch plans on a few shapes, in one short GPU call: the op's
-default plan against the legacy kernels' heuristic (and any named variant),
+default plan against the split kernels' plan and the balanced kernel's (and,
+with --variants, the refill rule forced either way),
 CUDA-graph replay of back-to-back calls rotating over input sets of >= 200 MB
 (L2 cold), median of 15 replays. Each output is checked against float64 first.
 The full benchmark (peers, every row, JSON) is bench_decode.py; this is for a
@@ -135,16 +136,13 @@ def main():
             cands = [("default", None)]
             s = sets[0]
             if kv == "bf16":
-                cands.append(("legacy", plans.legacy_plan(s.q, s.kv_cache, s.block_tables, window)))
+                cands.append(("split", plans.legacy_plan(s.q, s.kv_cache, s.block_tables, window)))
+            cands.append(("balanced", plans.balanced_plan(s.kv_cache)))
             if args.variants:
-                base = plans.default_plan(s.q, s.kv_cache, window)
+                base = plans.balanced_plan(s.kv_cache)
                 cands += [(f"refill {r}", dataclasses.replace(base, refill_after_wait=r)) for r in (0, 1)]
-                others = [p for p in plans.variants() if p.kind == "balanced" and p.kv == kv
-                          and (p.warps, p.stages) != (base.warps, base.stages)]
-                cands += [(p.name, p) for p in others]
                 # Fewer CTAs than SMs: SMs left to the next call's CTAs.
-                for p in [base] + [o for o in others if o.warps == 8]:
-                    cands += [(f"grid {g}", dataclasses.replace(p, ctas=g)) for g in args.grids]
+                cands += [(f"grid {g}", dataclasses.replace(base, ctas=g)) for g in args.grids]
             for label, plan in cands:
                 try:
                     us, note = time_plan(plan, sets, window, floor_us)
