@@ -83,15 +83,16 @@ def test_plan_without_pdl(pdl):
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 def test_default_plan(kv_dtype):
-    # The balanced kernel for fp8 and for bf16 full attention from 8 requests;
-    # the split kernels for bf16 below that and for sliding windows
-    # (launch_plan.cpp). Never a function of the block tables (not an input).
-    for batch, kvh, window in [(1, 8, None), (7, 2, None), (8, 1, None), (512, 2, None),
-                               (1, 8, 128), (64, 1, 128), (3, 16, 4096)]:
+    # The balanced kernel for fp8 and for bf16 full attention from 8 requests
+    # and over more than 8 (request, kv head) pairs; the split kernels for
+    # bf16 otherwise (launch_plan.cpp). Never a function of the block tables
+    # (not an input).
+    for batch, kvh, window in [(1, 8, None), (7, 2, None), (8, 1, None), (8, 2, None),
+                               (512, 2, None), (1, 8, 128), (64, 1, 128), (3, 16, 4096)]:
         q = torch.empty(batch, 8 * kvh, 128, dtype=torch.bfloat16, device="cuda")
         cache = torch.empty(1, kvh, 16, 256, dtype=kv_dtype, device="cuda")
         plan = plans.default_plan(q, cache, window)
-        balanced = kv_dtype == FP8 or (window is None and batch >= 8)
+        balanced = kv_dtype == FP8 or (window is None and batch >= 8 and batch * kvh > 8)
         assert (plan.kind == "balanced") == balanced, (batch, kvh, window, plan)
         assert plan.kv == ("fp8" if kv_dtype == FP8 else "bf16")
 

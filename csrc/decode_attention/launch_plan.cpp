@@ -143,17 +143,19 @@ LaunchPlan split_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
 // bulk-copy intake needs, and 8 warps per SM give the fp8 conversions the
 // issue slots they need (device runs 83-85).
 //
-// bf16 keeps the split kernels for full attention below kBalancedMinBatch
-// requests and for every sliding-window layer: a balanced call costs 2-5 us
-// more than a split one (device runs 82-86; ncu of one launch at b1 L8k: 21.5
-// against 15.9 us, cause not yet found), which the balance repays only where
-// the lengths can be ragged: full attention over 8 or more requests (at 20-32
-// ragged requests it runs 1.6-2.3x faster). fp8 has only the balanced kernel.
+// bf16 keeps the split kernels for sliding-window layers and for full
+// attention below kBalancedMinBatch requests or over at most 8 (request, kv
+// head) pairs (each pair then has the whole GPU's splits to itself): a
+// balanced call costs 2-5 us more than a split one (device runs 82-86; ncu of
+// one launch at b1 L8k: 21.5 against 15.9 us, cause not yet found), which the
+// balance repays only where the lengths can be ragged over many requests (at
+// 20-32 ragged requests it runs 1.6-2.3x faster). fp8 has only the balanced
+// kernel.
 constexpr int kBalancedMinBatch = 8;
 
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
-  if (kv == KvDtype::kBf16 && (sliding || batch < kBalancedMinBatch))
-    return split_plan(batch, num_kv_heads, sliding, num_sms);
+  const bool balanced = !sliding && batch >= kBalancedMinBatch && batch * num_kv_heads > 8;
+  if (kv == KvDtype::kBf16 && !balanced) return split_plan(batch, num_kv_heads, sliding, num_sms);
   LaunchPlan plan;
   plan.kind = KernelKind::kBalanced;
   plan.kv = kv;
