@@ -140,7 +140,7 @@ def main():
             cands.append(("balanced", plans.balanced_plan(s.kv_cache)))
             if args.variants:
                 base = plans.balanced_plan(s.kv_cache)
-                cands += [(f"refill {r}", dataclasses.replace(base, refill_after_wait=r)) for r in (0, 1)]
+                cands += [(f"refill {r}", dataclasses.replace(base, refill=r)) for r in (0, 1)]
                 # Fewer CTAs than SMs: SMs left to the next call's CTAs.
                 cands += [(f"grid {g}", dataclasses.replace(base, ctas=g)) for g in args.grids]
             for label, plan in cands:

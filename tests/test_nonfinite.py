@@ -61,11 +61,11 @@ def _launch(inp, window, scale):
     elif inp.kv_cache.dtype == FP8:
         return run_op(inp, window, scale)  # the other kernels are bf16 only
     elif name == "split":
-        plan = plans.Plan(kind="split", warps=8, stages=2, splits=16, refill_after_wait=1)
+        plan = plans.Plan(kind="split", warps=8, stages=2, splits=16, refill=1)
     elif name == "cluster":
         plan = plans.Plan(kind="cluster", warps=4, stages=2, splits=4)
     else:
-        plan = plans.Plan(kind="warp-per-head", warps=4, stages=3, refill_after_wait=-1)
+        plan = plans.Plan(kind="warp-per-head", warps=4, stages=3, refill=-1)
     return plans.run_with_plan(plan, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens,
                                inp.sinks, window, scale, inp.out, inp.k_scale, inp.v_scale)
 

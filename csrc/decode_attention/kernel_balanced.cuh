@@ -352,10 +352,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // HBM queue, lower latency for every page): where the CTA's warps still
   // keep what one SM's bulk-copy intake needs that way, and their shares are
   // longer than a ring (shorter ones put all their pages in flight at once).
-  // A plan may force either (refill_after_wait 0 / 1; -1: this rule).
+  // A plan may force either (Refill::kBeforeWait / kAfterWait).
   constexpr int kInFlightAfterWait = kWarps * (kStages - 1) * Kv::kPageBytes;
   const bool refill_after_wait =
-      p.refill_after_wait >= 0 ? p.refill_after_wait == 1
+      p.refill != Refill::kKernelRule ? p.refill == Refill::kAfterWait
                                : per_warp > kStages && kInFlightAfterWait >= kSmIntakeInFlight;
   while (cur.count > 0) {
     const Piece nxt = next_piece(cur);

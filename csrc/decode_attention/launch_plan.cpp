@@ -114,25 +114,27 @@ LaunchPlan split_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
   const int num_bh = batch * num_kv_heads;
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
   LaunchPlan p;
-  auto set = [&](KernelKind kind, int splits, int warps, int stages, int min_pages, int refill) {
+  auto set = [&](KernelKind kind, int splits, int warps, int stages, int min_pages, Refill refill) {
     p.kind = kind;
     p.splits = splits;
     p.warps = warps;
     p.stages = stages;
     p.min_pages = min_pages;
-    p.refill_after_wait = refill;
+    p.refill = refill;
     return p;
   };
   if (sliding) {
-    if (batch <= 2) return set(KernelKind::kCluster, 4, 4, 2, 1, 0);
-    if (num_bh >= 3 * num_sms) return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, -1);
-    if (batch <= 16) return set(KernelKind::kSplit, 1, 4, 2, 2, 0);
-    return set(KernelKind::kSplit, 1, 4, batch <= 64 ? 3 : 2, 1, 0);
+    if (batch <= 2) return set(KernelKind::kCluster, 4, 4, 2, 1, Refill::kBeforeWait);
+    if (num_bh >= 3 * num_sms) return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, Refill::kKernelRule);
+    if (batch <= 16) return set(KernelKind::kSplit, 1, 4, 2, 2, Refill::kBeforeWait);
+    return set(KernelKind::kSplit, 1, 4, batch <= 64 ? 3 : 2, 1, Refill::kBeforeWait);
   }
-  if (num_bh <= 8) return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4, 2);
-  if (batch <= 2) return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 8, 2, 1, 1);
-  if (batch <= 4) return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 8, 2, 2, 1);
-  return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 4, 3, 2, 0);
+  if (num_bh <= 8)
+    return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4,
+               Refill::kAfterUnlessLate);
+  if (batch <= 2) return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 8, 2, 1, Refill::kAfterWait);
+  if (batch <= 4) return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 8, 2, 2, Refill::kAfterWait);
+  return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 4, 3, 2, Refill::kBeforeWait);
 }
 
 }  // namespace
@@ -161,7 +163,7 @@ LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, in
   plan.kv = kv;
   plan.warps = 8;
   plan.stages = kv == KvDtype::kBf16 ? 2 : 4;
-  plan.refill_after_wait = -1;  // the kernel's rule
+  plan.refill = Refill::kKernelRule;
   return plan;
 }
 
@@ -192,7 +194,7 @@ LaunchPlan variant_plan(int i) {
   p.warps = v.warps;
   p.stages = v.stages;
   p.splits = v.kind == KernelKind::kCluster ? v.cluster : v.kind == KernelKind::kSplit ? 4 : 0;
-  p.refill_after_wait = v.kind == KernelKind::kBalanced ? -1 : 0;
+  p.refill = v.kind == KernelKind::kBalanced ? Refill::kKernelRule : Refill::kBeforeWait;
   return p;
 }
 
@@ -252,16 +254,17 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan
   if (err == cudaSuccess) err = shape_of(params, plan, device, &shape, &res);
   if (err != cudaSuccess) return err;
   DecodeParams p = params;
-  p.refill_after_wait = plan.refill_after_wait;
+  p.refill = plan.refill;
   if (plan.kind != KernelKind::kBalanced) {
     const int resident = res.total();
     const int num_pairs = p.batch * p.num_kv_heads;
     p.min_pages = plan.min_pages;
     // At most one wave of active splits; a cluster keeps every rank active.
     p.max_active_splits = std::max(1, resident / std::max(num_pairs, 1));
-    if (plan.kind == KernelKind::kWarpPerHead && p.refill_after_wait < 0) {
+    if (plan.kind == KernelKind::kWarpPerHead && p.refill == Refill::kKernelRule) {
       const int64_t warp_slots = int64_t(resident) * plan.warps;
-      p.refill_after_wait = (num_pairs + warp_slots - 1) / warp_slots >= 2;
+      p.refill = (num_pairs + warp_slots - 1) / warp_slots >= 2 ? Refill::kAfterWait
+                                                                : Refill::kBeforeWait;
     }
   }
   cudaLaunchConfig_t launch = {};

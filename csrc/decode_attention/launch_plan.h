@@ -25,10 +25,9 @@ struct LaunchPlan {
   KvDtype kv = KvDtype::kBf16;
   int warps = 8, stages = 2;
   // Split kernels: CTAs per (request, kv head) (the cluster's size with
-  // kCluster) and the pages each warp of an active split gets at least. The
-  // refill rule: 0 before the wait, 1 after, 2 (split kernels) after unless
-  // late, -1 the kernel's own rule (balanced, warp per head).
-  int splits = 0, min_pages = 1, refill_after_wait = 0;
+  // kCluster) and the pages each warp of an active split gets at least.
+  int splits = 0, min_pages = 1;
+  Refill refill = Refill::kBeforeWait;
   bool pdl = true;  // programmatic dependent launch
   int ctas = 0;     // balanced kernel: the grid's CTAs (0: the launch's rule; A/B runs)
 };

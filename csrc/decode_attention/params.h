@@ -26,6 +26,14 @@ static_assert(kPageBytes == 8192, "a page is 16 tokens x [K | V] of 128 bf16 eac
 // tensor or per kv head for K and for V.
 enum class KvDtype : int { kBf16 = 0, kFp8E4m3 = 1 };
 
+// When a warp refills the ring slot of the page it has just consumed.
+enum class Refill : int {
+  kKernelRule = -1,       // the kernel's own rule (balanced; warp per head: the launch's)
+  kBeforeWait = 0,        // before waiting for its next page: the whole ring in flight
+  kAfterWait = 1,         // after: one page fewer in flight, a shorter HBM queue
+  kAfterUnlessLate = 2,   // split kernels: after, unless the warp's first page was late
+};
+
 struct DecodeParams {
   // Strides are in elements, as torch reports them.
   const uint16_t* q;           // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
@@ -56,9 +64,7 @@ struct DecodeParams {
   int k_scale_stride, v_scale_stride;  // 1: one scale per kv head; 0: one per tensor
   float scale_log2; // softmax scale * log2(e)
 
-  int refill_after_wait;  // 1: refill a ring slot after waiting for the page (one fewer in
-                          // flight); 0: before; -1: the kernel's rule (balanced kernel);
-                          // 2 (split kernels): after, unless the warp's first page was late
+  Refill refill;
 
   // Split kernels only (kernel.cuh), set by the launch.
   int min_pages;    // a split is active when each of its warps gets >= this many pages

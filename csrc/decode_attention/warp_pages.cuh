@@ -173,12 +173,12 @@ __device__ __forceinline__ void wait_then_stream_pages(const DecodeParams& p, co
   if (!leading_issued) issue_leading_pages<kStages>(pages, bt_cur, current_page, false, lane);
   ptx::grid_dependency_wait();
   ptx::launch_dependents();
-  // refill_after_wait 2: a warp whose first page is still in flight here
+  // Refill::kAfterUnlessLate: a warp whose first page is still in flight here
   // entered late (its CTA found an SM only as the previous call ended) and
   // streams with the whole ring in flight, twice the share of the HBM queue
   // that the warps with one page in flight get, to catch up with them.
-  bool refill_after_wait = p.refill_after_wait == 1;
-  if (p.refill_after_wait == 2 && pages.n_pages > 0) {
+  bool refill_after_wait = p.refill == Refill::kAfterWait;
+  if (p.refill == Refill::kAfterUnlessLate && pages.n_pages > 0) {
     const bool landed = ptx::mbarrier_test_parity(pages.bar_of<kStages>(0),
                                                   pages.parity_of<kStages>(0));
     refill_after_wait = __shfl_sync(kFullMask, landed, 0);

@@ -3,7 +3,7 @@
 // links to flint_attention._C and drives its launch plans explicitly.
 //
 // A plan travels as int[9]: kind, kv dtype, warps, stages, splits, min_pages,
-// refill_after_wait, pdl, ctas (decode_attention/launch_plan.h;
+// refill (Refill, -1..2), pdl, ctas (decode_attention/launch_plan.h;
 // python/flint_attention/testing/plans.py names them).
 #include <Python.h>
 
@@ -26,14 +26,14 @@ constexpr int kPlanInts = 9;
 
 std::vector<int64_t> to_ints(const LaunchPlan& p) {
   return {static_cast<int64_t>(p.kind), static_cast<int64_t>(p.kv), p.warps, p.stages, p.splits,
-          p.min_pages, p.refill_after_wait, p.pdl ? 1 : 0, p.ctas};
+          p.min_pages, static_cast<int64_t>(p.refill), p.pdl ? 1 : 0, p.ctas};
 }
 
 LaunchPlan from_ints(c10::IntArrayRef v) {
   TORCH_CHECK(v.size() == kPlanInts, "flint_testing: a plan is ", kPlanInts, " ints, got ",
               v.size());
-  TORCH_CHECK(v[0] >= 0 && v[0] <= 3 && (v[1] == 0 || v[1] == 1),
-              "flint_testing: plan kind must be 0..3 and kv dtype 0 or 1, got ", v);
+  TORCH_CHECK(v[0] >= 0 && v[0] <= 3 && (v[1] == 0 || v[1] == 1) && v[6] >= -1 && v[6] <= 2,
+              "flint_testing: plan kind must be 0..3, kv dtype 0 or 1 and refill -1..2, got ", v);
   LaunchPlan p;
   p.kind = static_cast<KernelKind>(v[0]);
   p.kv = static_cast<KvDtype>(v[1]);
@@ -41,7 +41,7 @@ LaunchPlan from_ints(c10::IntArrayRef v) {
   p.stages = static_cast<int>(v[3]);
   p.splits = static_cast<int>(v[4]);
   p.min_pages = static_cast<int>(v[5]);
-  p.refill_after_wait = static_cast<int>(v[6]);
+  p.refill = static_cast<Refill>(v[6]);
   p.pdl = v[7] != 0;
   p.ctas = static_cast<int>(v[8]);
   return p;

@@ -34,7 +34,7 @@ class Plan:
     stages: int = 2
     splits: int = 0  # split / cluster kernels: CTAs per (request, kv head)
     min_pages: int = 1  # split kernels
-    refill_after_wait: int = 0  # 0 before the wait, 1 after (-1: the kernel's rule); split: 2
+    refill: int = 0  # Refill (params.h): 0 before the wait, 1 after, 2 after unless late (split), -1 the kernel's rule
     pdl: bool = True
     ctas: int = 0  # balanced kernel: the grid's CTAs (0: the launch's rule)
 
@@ -42,12 +42,12 @@ class Plan:
     def name(self) -> str:
         extra = f"x{self.splits}" if self.kind in ("split", "cluster") else ""
         return (f"{self.kind}{extra}:{self.kv}:w{self.warps}s{self.stages}" + ("" if self.pdl else ":nopdl")
-                + (f":r{self.refill_after_wait}" if self.kind == "balanced" and self.refill_after_wait >= 0 else "")
+                + (f":r{self.refill}" if self.kind == "balanced" and self.refill >= 0 else "")
                 + (f":g{self.ctas}" if self.ctas else ""))
 
     def to_ints(self) -> list[int]:
         return [KINDS.index(self.kind), KV_DTYPES.index(self.kv), self.warps, self.stages,
-                self.splits, self.min_pages, self.refill_after_wait, int(self.pdl), self.ctas]
+                self.splits, self.min_pages, self.refill, int(self.pdl), self.ctas]
 
     @staticmethod
     def from_ints(v) -> Plan:
