@@ -19,6 +19,42 @@ __device__ __forceinline__ float rescale(float m, float scale_log2, float m_scal
   return m == neg_inf() ? 0.f : ptx::ex2(fmaf(m, scale_log2, -m_scaled));
 }
 
+// One chunk of partials into the running sums of one head's dims: o += w_c O_c,
+// l += w_c l_c, with w_c = weight_of(c) (the caller's rescaling rule).
+template <int E, int kChunk, class WeightOf>
+__device__ __forceinline__ void add_weighted(float (&o)[E], float& l, const float (&lv)[kChunk],
+                                             const float4 (&v)[kChunk][E / 4],
+                                             WeightOf weight_of) {
+#pragma unroll
+  for (int c = 0; c < kChunk; ++c) {
+    const float w = weight_of(c);
+    l += w * lv[c];
+#pragma unroll
+    for (int i = 0; i < E / 4; ++i) {
+      o[4 * i] += w * v[c][i].x;
+      o[4 * i + 1] += w * v[c][i].y;
+      o[4 * i + 2] += w * v[c][i].z;
+      o[4 * i + 3] += w * v[c][i].w;
+    }
+  }
+}
+
+// Writes (o, m, l) of head eh, dims [ed, ed + E) as workspace partial `row`.
+template <int E>
+__device__ __forceinline__ void store_global_partial(const DecodeParams& p, int64_t row,
+                                                     const float (&o)[E], float m, float l, int eh,
+                                                     int ed) {
+  float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+#pragma unroll
+  for (int e = 0; e < E; e += 4)
+    ptx::st_global_u32x4(po + e, __float_as_uint(o[e]), __float_as_uint(o[e + 1]),
+                         __float_as_uint(o[e + 2]), __float_as_uint(o[e + 3]));
+  if (ed == 0) {
+    p.part_ml[row * 2 * kGqa + eh] = m;
+    p.part_ml[row * 2 * kGqa + kGqa + eh] = l;
+  }
+}
+
 // Stores E consecutive dims of one output head, normalized by `inv`, as bf16.
 template <int E>
 __device__ __forceinline__ void store_out(uint16_t* dst, const float (&o)[E], float inv) {

@@ -205,16 +205,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     store_out<E>(out_row + ed, o, 1.f / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
   } else {
     // ---- merge the splits: partials to the workspace -------------------------
-    const int64_t row = int64_t(bh) * max_splits + split;
-    float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
-#pragma unroll
-    for (int e = 0; e < E; e += 4)
-      ptx::st_global_u32x4(po + e, __float_as_uint(o[e]), __float_as_uint(o[e + 1]),
-                           __float_as_uint(o[e + 2]), __float_as_uint(o[e + 3]));
-    if (ed == 0) {
-      p.part_ml[row * 2 * kGqa + eh] = m_cta;
-      p.part_ml[row * 2 * kGqa + kGqa + eh] = l_cta;
-    }
+    store_global_partial<E>(p, int64_t(bh) * max_splits + split, o, m_cta, l_cta, eh, ed);
     // ---- each warp: arrive for its heads, merge them if last -----------------
     // NOTE: bar.warp.sync orders the lanes' partial stores before lane 0's
     // release, and lane 0's acquire before the lanes' loads of the other

@@ -180,35 +180,8 @@ __device__ __forceinline__ void merge_global(const DecodeParams& p, int64_t row0
     l *= corr;
 #pragma unroll
     for (int e = 0; e < E; ++e) o[e] *= corr;
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const float w = rescale(mv[c], scale_log2, m_scaled);
-      l += w * lv[c];
-#pragma unroll
-      for (int i = 0; i < E / 4; ++i) {
-        o[4 * i] += w * v[c][i].x;
-        o[4 * i + 1] += w * v[c][i].y;
-        o[4 * i + 2] += w * v[c][i].z;
-        o[4 * i + 3] += w * v[c][i].w;
-      }
-    }
+    add_weighted<E>(o, l, lv, v, [&](int c) { return rescale(mv[c], scale_log2, m_scaled); });
     m = m_new;
-  }
-}
-
-// Writes (o, m, l) of head eh, dims [ed, ed + E) as workspace partial `row`.
-template <int E>
-__device__ __forceinline__ void store_global_partial(const DecodeParams& p, int64_t row,
-                                                     const float (&o)[E], float m, float l, int eh,
-                                                     int ed) {
-  float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
-#pragma unroll
-  for (int e = 0; e < E; e += 4)
-    ptx::st_global_u32x4(po + e, __float_as_uint(o[e]), __float_as_uint(o[e + 1]),
-                         __float_as_uint(o[e + 2]), __float_as_uint(o[e + 3]));
-  if (ed == 0) {
-    p.part_ml[row * 2 * kGqa + eh] = m;
-    p.part_ml[row * 2 * kGqa + kGqa + eh] = l;
   }
 }
 

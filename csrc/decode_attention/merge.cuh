@@ -56,19 +56,9 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, int bh, int 
 
   float l = 0.f, o[E] = {};
   for (int s0 = 0;;) {
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      // Every active split saw at least one token: m_s finite; padding: 2^-inf = 0.
-      const float w = ptx::ex2(fmaf(mv[c], p.scale_log2, -m_scaled));
-      l += w * lv[c];
-#pragma unroll
-      for (int i = 0; i < E / 4; ++i) {
-        o[4 * i] += w * v[c][i].x;
-        o[4 * i + 1] += w * v[c][i].y;
-        o[4 * i + 2] += w * v[c][i].z;
-        o[4 * i + 3] += w * v[c][i].w;
-      }
-    }
+    // Every active split saw at least one token: m_s finite; padding: 2^-inf = 0.
+    add_weighted<E>(o, l, lv, v,
+                    [&](int c) { return ptx::ex2(fmaf(mv[c], p.scale_log2, -m_scaled)); });
     s0 += kChunk;
     if (s0 >= num_splits) break;
     load_chunk(s0);
