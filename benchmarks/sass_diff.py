@@ -3,8 +3,9 @@ change left the other kernels instruction-for-instruction the same.
 
     python benchmarks/sass_diff.py OLD NEW
 
-OLD and NEW are objects or extensions holding sm_90a code (e.g. two builds of
-csrc/decode_attention/launch.cu, or two python/flint_attention/_C*.so). Needs
+OLD and NEW are objects or extensions holding sm_90a code (e.g. two cubins of
+one csrc/decode_attention/kernels/*.cu, built with setup.py's nvcc flags plus
+-cubin and without -lineinfo, or two python/flint_attention/_C*.so). Needs
 cuobjdump and nvdisasm on PATH or in CUDA_HOME/bin; without a full toolkit
 both come from PyPI: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
 (their bin/ folders under site-packages/nvidia/cu13/). Addresses and encodings
