@@ -104,13 +104,18 @@ std::string describe(const LaunchPlan& p) {
          (p.kind == KernelKind::kCluster ? ", cluster of " + std::to_string(p.splits) : "");
 }
 
-}  // namespace
+// Pairs (request, kv head) each warp of the warp-per-head kernel takes: as few
+// as its resident warps allow.
+int64_t pairs_per_warp(int64_t num_pairs, const Residency& res, int warps) {
+  const int64_t warp_slots = int64_t(res.total()) * warps;
+  return (num_pairs + warp_slots - 1) / warp_slots;
+}
 
-namespace {
+}  // namespace
 
 // The split kernels' rules (each rule's evidence: docs/launch-plan-history.md),
 // from the batch size, kv heads and window only.
-LaunchPlan split_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
+LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
   const int num_bh = batch * num_kv_heads;
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
   LaunchPlan p;
@@ -125,19 +130,20 @@ LaunchPlan split_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
   };
   if (sliding) {
     if (batch <= 2) return set(KernelKind::kCluster, 4, 4, 2, 1, Refill::kBeforeWait);
-    if (num_bh >= 3 * num_sms) return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, Refill::kKernelRule);
+    if (num_bh >= 3 * num_sms)
+      return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, Refill::kKernelRule);
     if (batch <= 16) return set(KernelKind::kSplit, 1, 4, 2, 2, Refill::kBeforeWait);
     return set(KernelKind::kSplit, 1, 4, batch <= 64 ? 3 : 2, 1, Refill::kBeforeWait);
   }
   if (num_bh <= 8)
     return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4,
                Refill::kAfterUnlessLate);
-  if (batch <= 2) return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 8, 2, 1, Refill::kAfterWait);
-  if (batch <= 4) return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 8, 2, 2, Refill::kAfterWait);
+  if (batch <= 2)
+    return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 8, 2, 1, Refill::kAfterWait);
+  if (batch <= 4)
+    return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 8, 2, 2, Refill::kAfterWait);
   return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 4, 3, 2, Refill::kBeforeWait);
 }
-
-}  // namespace
 
 // The balanced kernel divides the pages on the device from the actual
 // lengths. Where it runs, 8-warp CTAs, one per SM: 2 slots of 8 KB (bf16) or
@@ -157,7 +163,8 @@ constexpr int kBalancedMinBatch = 8;
 
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
   const bool balanced = !sliding && batch >= kBalancedMinBatch && batch * num_kv_heads > 8;
-  if (kv == KvDtype::kBf16 && !balanced) return split_plan(batch, num_kv_heads, sliding, num_sms);
+  if (kv == KvDtype::kBf16 && !balanced)
+    return split_kernels_plan(batch, num_kv_heads, sliding, num_sms);
   LaunchPlan plan;
   plan.kind = KernelKind::kBalanced;
   plan.kv = kv;
@@ -165,10 +172,6 @@ LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, in
   plan.stages = kv == KvDtype::kBf16 ? 2 : 4;
   plan.refill = Refill::kKernelRule;
   return plan;
-}
-
-LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
-  return split_plan(batch, num_kv_heads, sliding, num_sms);
 }
 
 std::string check_plan(const LaunchPlan& plan) {
@@ -223,9 +226,8 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
       break;
     }
     case KernelKind::kWarpPerHead: {
-      const int64_t warp_slots = int64_t(res->total()) * plan.warps;
-      const int64_t pairs_per_warp = (num_pairs + warp_slots - 1) / warp_slots;
-      shape->grid = dim3(ceil_div(num_pairs, plan.warps * pairs_per_warp));
+      const int64_t per_warp = pairs_per_warp(num_pairs, *res, plan.warps);
+      shape->grid = dim3(ceil_div(num_pairs, plan.warps * per_warp));
       shape->partials = shape->counters = 0;
       break;
     }
@@ -261,11 +263,9 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan
     p.min_pages = plan.min_pages;
     // At most one wave of active splits; a cluster keeps every rank active.
     p.max_active_splits = std::max(1, resident / std::max(num_pairs, 1));
-    if (plan.kind == KernelKind::kWarpPerHead && p.refill == Refill::kKernelRule) {
-      const int64_t warp_slots = int64_t(resident) * plan.warps;
-      p.refill = (num_pairs + warp_slots - 1) / warp_slots >= 2 ? Refill::kAfterWait
-                                                                : Refill::kBeforeWait;
-    }
+    if (plan.kind == KernelKind::kWarpPerHead && p.refill == Refill::kKernelRule)
+      p.refill = pairs_per_warp(num_pairs, res, plan.warps) >= 2 ? Refill::kAfterWait
+                                                                 : Refill::kBeforeWait;
   }
   cudaLaunchConfig_t launch = {};
   launch.gridDim = shape.grid;

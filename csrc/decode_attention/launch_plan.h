@@ -38,8 +38,9 @@ struct LaunchPlan {
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms);
 
 // The split kernels' plan for such a call (what plan_launch picks for bf16
-// below kBalancedMinBatch requests and for sliding windows), for A/B runs
-// against the balanced kernel on any shape; bf16 only.
+// sliding windows and for bf16 full attention below 8 requests or over at
+// most 8 (request, kv head) pairs), for A/B runs against the balanced kernel
+// on any shape; bf16 only.
 LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num_sms);
 
 // Empty if `plan` names a compiled kernel and valid parameters, else why not
