@@ -348,7 +348,7 @@ def make_flint_legacy(inp: RowInputs, kv_dtype: str, balanced: bool = False) -> 
     fns, names = [], set()
     for s in inp.sets(kv_dtype):
         plan = (plans.balanced_plan(kv) if balanced
-                else plans.legacy_plan(inp.qs[s], kv, inp.tables[s], row.window))
+                else plans.legacy_plan(inp.qs[s], kv, row.window))
         names.add(plan.name)
         fns.append(functools.partial(plans.run_with_plan, plan, inp.qs[s], kv, inp.tables[s],
                                      inp.seq_lens, inp.sinks, row.window, SCALE, outs[s],
@@ -362,18 +362,13 @@ def make_flint_balanced(inp: RowInputs, kv_dtype: str) -> Impl:
     return make_flint_legacy(inp, kv_dtype, balanced=True)
 
 
-def plan_balance(inp_or_shapes, kv_dtype: str, legacy: bool = False) -> dict:
+def plan_balance(inp: RowInputs, kv_dtype: str, legacy: bool = False) -> dict:
     """{"plan", "max_pages", "mean_pages", "ratio"} of flint's default plan
-    (or the legacy one) on this row, or {"error": ...}. ``inp_or_shapes`` is a
-    RowInputs or (row, q, kv_cache, block_tables) for --dry-run's meta tensors."""
+    (or the legacy one) on this row, or {"error": ...}."""
     try:
         plans = import_plans()
-        if isinstance(inp_or_shapes, RowInputs):
-            row, q, kv, bt = (inp_or_shapes.row, inp_or_shapes.qs[0], inp_or_shapes.cache(kv_dtype),
-                              inp_or_shapes.tables[0])
-        else:
-            row, q, kv, bt = inp_or_shapes
-        plan = plans.legacy_plan(q, kv, bt, row.window) if legacy else plans.default_plan(q, kv, row.window)
+        row, q, kv = inp.row, inp.qs[0], inp.cache(kv_dtype)
+        plan = plans.legacy_plan(q, kv, row.window) if legacy else plans.default_plan(q, kv, row.window)
         mx, mean = plan.balance(list(row.seq_lens), row.window, row.kv_heads)
         return {"plan": plan.name, "max_pages": int(mx), "mean_pages": float(mean),
                 "ratio": float(mx) / float(mean) if mean else None}

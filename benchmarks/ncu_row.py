@@ -24,7 +24,7 @@ s = sets[0]
 if which == "default":
     plan = plans.default_plan(s.q, s.kv_cache, window)
 elif which == "legacy":
-    plan = plans.legacy_plan(s.q, s.kv_cache, s.block_tables, window)
+    plan = plans.legacy_plan(s.q, s.kv_cache, window)
 else:
     plan = plans.balanced_plan(s.kv_cache)
 print(row, plan.name, flush=True)

@@ -207,7 +207,7 @@ def _plans_stub():
 
     m = types.ModuleType("flint_attention.testing.plans")
     m.default_plan = lambda q, kv_cache, window: Plan("default")
-    m.legacy_plan = lambda q, kv_cache, block_tables, window: Plan("legacy")
+    m.legacy_plan = lambda q, kv_cache, window: Plan("legacy")
     m.run_with_plan = lambda plan, *a, k_scale=None, v_scale=None: flint_decode_attention(
         *a, k_scale=k_scale, v_scale=v_scale)
     return m

@@ -64,10 +64,8 @@ std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_c
   return to_ints(default_plan(q, kv_cache, window));
 }
 
-// The split kernels' plan for the call (block_tables: unused, kept in the
-// schema for the callers of the earlier heuristic that read its width).
+// The split kernels' plan for the call.
 std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
-                                    const at::Tensor& /*block_tables*/,
                                     std::optional<int64_t> window) {
   const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
   return to_ints(split_kernels_plan(static_cast<int>(q.size(0)),
@@ -116,7 +114,7 @@ void pdl_token_writer(const at::Tensor& src_q, const at::Tensor& q, const at::Te
 
 TORCH_LIBRARY(flint_testing, m) {
   // A PDL-aware stand-in for a KV-cache writer right before decode_attention
-  // (pdl_writer.cu, tests/test_pdl_cluster.py).
+  // (pdl_writer.cu, tests/test_pdl.py).
   m.def("pdl_token_writer(Tensor src_q, Tensor(a!) q, Tensor src_kv, Tensor(b!) kv_cache, "
         "Tensor block, Tensor row, int delay_ns) -> ()");
   // decode_attention launched with an explicit plan (A/B runs, variant tests).
@@ -124,7 +122,7 @@ TORCH_LIBRARY(flint_testing, m) {
         "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out, "
         "Tensor? k_scale, Tensor? v_scale, int[] plan) -> ()");
   m.def("default_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
-  m.def("legacy_plan(Tensor q, Tensor kv_cache, Tensor block_tables, int? window) -> int[]");
+  m.def("legacy_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
   m.def("num_variants() -> int", &num_variants_op);
   m.def("variant(int i) -> int[]", &variant_op);
   m.def("division(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, int? window, "

@@ -74,14 +74,12 @@ def default_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) ->
     return Plan.from_ints(_ops().default_plan(q, kv_cache, window))
 
 
-def legacy_plan(q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
-                window: int | None) -> Plan:
+def legacy_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) -> Plan:
     """The split kernels' plan for such a call (bf16 only): what the op
     launches for bf16 sliding windows and full attention below 8 requests or
-    over at most 8 (request, kv head) pairs, for A/B runs
-    against the balanced kernel on any shape. (block_tables: unused; the
-    heuristic before the balanced kernel read its width.)"""
-    return Plan.from_ints(_ops().legacy_plan(q, kv_cache, block_tables, window))
+    over at most 8 (request, kv head) pairs, for A/B runs against the
+    balanced kernel on any shape."""
+    return Plan.from_ints(_ops().legacy_plan(q, kv_cache, window))
 
 
 def balanced_plan(kv_cache: torch.Tensor) -> Plan:
