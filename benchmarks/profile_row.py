@@ -1,5 +1,6 @@
 """Calls the operator on one benchmark row, eagerly, rotating over input sets
-larger than L2: the workload for a profiler (device_check.sh's ncu step).
+larger than L2: the workload for a profiler on the benchmark's rows (ncu_row.py,
+device_run.sh's ncu step, does the same for quick_ab's rows and the plans).
 
     ncu --set full -k regex:decode_attention -s 20 -c 1 \
         python benchmarks/profile_row.py --row b1_l1k [--impl flint-legacy] [--row srv_b32_logu32k_fp8]

@@ -3,7 +3,7 @@
 // The batch is one sequence of pages: segment (b, h) -- request b, kv head h --
 // holds the n_b attended pages of request b, segments in order b-major, so
 // (b, h) starts at page H P_b + h n_b with P_b = sum_{b' < b} n_b'. A persistent
-// grid of one wave (launch.cu) gives each warp an equal share of that
+// grid of one wave (launch_plan.cpp) gives each warp an equal share of that
 // sequence, `per_warp` consecutive pages, and each CTA the kWarps shares of
 // its warps: the division depends only on the actual lengths, computed in
 // every CTA from seq_lens (a prefix sum) at every call, so a captured CUDA
@@ -328,8 +328,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // A plan may force either (Refill::kBeforeWait / kAfterWait).
   constexpr int kInFlightAfterWait = kWarps * (kStages - 1) * Kv::kPageBytes;
   const bool refill_after_wait =
-      p.refill != Refill::kKernelRule ? p.refill == Refill::kAfterWait
-                               : per_warp > kStages && kInFlightAfterWait >= kSmIntakeInFlight;
+      p.refill != Refill::kKernelRule
+          ? p.refill == Refill::kAfterWait
+          : per_warp > kStages && kInFlightAfterWait >= kSmIntakeInFlight;
   while (cur.count > 0) {
     const Piece nxt = next_piece(cur);
     // The slots this piece frees last take the next piece's leading pages

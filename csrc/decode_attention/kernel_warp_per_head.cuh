@@ -1,6 +1,6 @@
 // Paged decode attention with one warp per (request, kv head): no splits and no
 // merge. A persistent grid of at most ceil(batch x kv heads / kWarps) CTAs (what
-// the GPU holds at once, see launch.cu); warp w of CTA c takes the pair c x kWarps + w
+// the GPU holds at once, see launch_plan.cpp); warp w of CTA c takes the pair c x kWarps + w
 // (and every gridDim.x x kWarps-th after it), streams all its attended pages
 // through its own ring and writes the normalized output straight from its
 // fragments.
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   // Warp w of CTA c takes pairs c x kWarps + w + i x gridDim.x x kWarps: one
   // pair unless the launch made the grid persistent (fewer CTAs than pairs
-  // need, launch.cu); its ring goes on from pair to pair (ring_base).
+  // need, launch_plan.cpp); its ring goes on from pair to pair (ring_base).
   // While a pair streams, the next pair's block ids are loaded (its seq_len
   // one pair earlier still), and the slots the stream frees last take the
   // next pair's leading pages: the ring does not drain between pairs.

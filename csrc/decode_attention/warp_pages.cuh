@@ -132,7 +132,7 @@ __device__ __forceinline__ void stream_pages(const WarpPages& w, int bt_cur, int
     };
     // Refilled after the wait, the ring keeps one page fewer in flight: where
     // the grid streams enough warps, fewer bytes queue at HBM in front of
-    // everyone's next page (see launch.cu).
+    // everyone's next page (see launch_plan.cpp).
     if (!refill_after_wait) refill();
     ptx::mbarrier_wait_parity(w.bar_of<kStages>(k), w.parity_of<kStages>(k));
     if (refill_after_wait) refill();

@@ -2,7 +2,7 @@
 // PDL-aware KV-cache writer placed right before decode_attention. It triggers
 // its dependents first, waits, then writes q and the current token's K/V, so a
 // decode kernel that touched q or the current page before griddepcontrol.wait
-// would read stale values. Used by tests/test_pdl_cluster.py; registered in
+// would read stale values. Used by tests/test_pdl.py; registered in
 // ops.cpp.
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
