@@ -9,12 +9,8 @@ the GPU every case runs under the op's own plan and under each kernel's
 (balanced, split merge, cluster merge, one warp per (request, kv head);
 flint_attention.testing.plans), since a non-finite value meets a different
 merge in each; the long requests give whole pages, warps and splits nothing
-but -inf logits.
-
-Known gap: the CUDA kernels do not yet give a warp whose pages so far hold
-only -inf logits weight 0 (its running max stays -inf and the rescale is
--inf - -inf = NaN), so the two all--inf cases are expected to fail there
-(strict xfail: they turn into failures once the kernels guard that shift).
+but -inf logits (a warp whose running max is still -inf must give them weight
+0, not 2^(-inf - -inf) = NaN: the kernels' softmax_shift).
 """
 
 from __future__ import annotations
@@ -68,13 +64,6 @@ def _launch(inp, window, scale):
         plan = plans.Plan(kind="warp-per-head", warps=4, stages=3, refill=-1)
     return plans.run_with_plan(plan, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens,
                                inp.sinks, window, scale, inp.out, inp.k_scale, inp.v_scale)
-
-
-def xfail_on_cuda(request, device):
-    if device == "cuda":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "CUDA kernels: a warp whose pages so far hold only -inf logits rescales by "
-            "-inf - -inf = NaN (module docstring)")))
 
 
 def inputs(device, seq_lens, num_kv_heads=2, window=None, **kw):
@@ -230,12 +219,11 @@ def positive_dim0(inp):
 
 
 @pytest.mark.parametrize("how", ["inf_key", "overflow"])
-def test_minus_inf_logits_get_no_weight(device, configs, how, request):
+def test_minus_inf_logits_get_no_weight(device, configs, how):
     # Request 0's first 1600 positions (100 pages: whole warps and splits of
     # them) and a few scattered ones have a logit of -inf, from a -inf key
     # element or from q . K overflowing float32 below -FLT_MAX (2^100 x -2^100
     # = -2^200; its other keys have 0 in dim 0); request 1 is untouched.
-    xfail_on_cuda(request, device)
     inp = inputs(device, [3000, 700])
     positive_dim0(inp)
     masked = list(range(1600)) + [1700, 2222, 2999]
@@ -255,12 +243,11 @@ def test_minus_inf_logits_get_no_weight(device, configs, how, request):
 
 
 @pytest.mark.parametrize("how", ["inf_key", "scaled_overflow"])
-def test_all_logits_minus_inf_give_zero(device, configs, how, request):
+def test_all_logits_minus_inf_give_zero(device, configs, how):
     # Every attended logit of request 0 is -inf: the (finite or +inf) sink
     # takes all the weight and the output is 0; with a -inf sink it is 0 / 0,
     # NaN. "scaled_overflow": q . K = -2^126 is finite, but times the scale 8
     # (c = 8 log2(e)) it overflows float32.
-    xfail_on_cuda(request, device)
     inp = inputs(device, [3000, 700], num_kv_heads=1)
     positive_dim0(inp)
     scale = None

@@ -13,10 +13,18 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
-// Weight of a partial with max m against the merged scaled max: 0 for a
-// partial that saw no token (m = -inf).
-__device__ __forceinline__ float rescale(float m, float scale_log2, float m_scaled) {
-  return m == neg_inf() ? 0.f : ptx::ex2(fmaf(m, scale_log2, -m_scaled));
+// What the weights' exponents subtract for a running max m (m_scaled = m c):
+// m c, or 0 where m c is -inf (every logit so far -inf, or m c below
+// -FLT_MAX). The weights are then 0, not 2^(-inf - -inf) = NaN; the sink term
+// keeps m c (the CPU path's `shift`, README "Non-finite values").
+__device__ __forceinline__ float softmax_shift(float m_scaled) {
+  return m_scaled == neg_inf() ? 0.f : m_scaled;
+}
+
+// Weight of a partial with max m against the merged max's shift
+// (softmax_shift): 0 for a partial that saw no token (m = -inf).
+__device__ __forceinline__ float rescale(float m, float scale_log2, float shift) {
+  return m == neg_inf() ? 0.f : ptx::ex2(fmaf(m, scale_log2, -shift));
 }
 
 // One chunk of partials into the running sums of one head's dims: o += w_c O_c,

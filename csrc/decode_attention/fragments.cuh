@@ -255,7 +255,8 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
   if (pos < start_tok || pos >= seq_len) s[0] = s[1] = neg_inf();
   if (pos + 8 < start_tok || pos + 8 >= seq_len) s[2] = s[3] = neg_inf();
 
-  // Every page holds at least one attended token, so the new max is finite.
+  // Every page holds at least one attended token, but its logits may all be
+  // -inf: softmax_shift keeps the weights 0 then.
   float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
@@ -266,10 +267,10 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float m_new = fmaxf(st.m[h], mx[h]);
-    const float m_scaled = m_new * scale_log2;
-    alpha[h] = ptx::ex2(fmaf(st.m[h], scale_log2, -m_scaled));
-    p[h] = ptx::ex2(fmaf(s[h], scale_log2, -m_scaled));
-    p[h + 2] = ptx::ex2(fmaf(s[h + 2], scale_log2, -m_scaled));
+    const float shift = softmax_shift(m_new * scale_log2);
+    alpha[h] = ptx::ex2(fmaf(st.m[h], scale_log2, -shift));
+    p[h] = ptx::ex2(fmaf(s[h], scale_log2, -shift));
+    p[h + 2] = ptx::ex2(fmaf(s[h + 2], scale_log2, -shift));
     st.m[h] = m_new;
     st.l[h] = st.l[h] * alpha[h] + (p[h] + p[h + 2]);
   }

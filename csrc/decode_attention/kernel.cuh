@@ -180,13 +180,13 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 #pragma unroll
   for (int w = 0; w < kWarps; ++w)
     m_cta = fmaxf(m_cta, warp_bufs[w * Plan::kWarpBufFloats + Plan::kWarpM + eh]);
-  const float m_cta_scaled = m_cta * p.scale_log2;
+  const float m_cta_scaled = m_cta * p.scale_log2, shift = softmax_shift(m_cta_scaled);
   float l_cta = 0.f;
   float o[E] = {};
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
     const float* buf = warp_bufs + w * Plan::kWarpBufFloats;
-    const float corr = rescale(buf[Plan::kWarpM + eh], p.scale_log2, m_cta_scaled);
+    const float corr = rescale(buf[Plan::kWarpM + eh], p.scale_log2, shift);
     l_cta += corr * buf[Plan::kWarpL + eh];
 #pragma unroll
     for (int e = 0; e < E; e += 4) {

@@ -175,12 +175,12 @@ __device__ __forceinline__ void merge_global(const DecodeParams& p, int64_t row0
     float m_new = m;
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) m_new = fmaxf(m_new, mv[c]);
-    const float m_scaled = m_new * scale_log2;
-    const float corr = rescale(m, scale_log2, m_scaled);
+    const float shift = softmax_shift(m_new * scale_log2);
+    const float corr = rescale(m, scale_log2, shift);
     l *= corr;
 #pragma unroll
     for (int e = 0; e < E; ++e) o[e] *= corr;
-    add_weighted<E>(o, l, lv, v, [&](int c) { return rescale(mv[c], scale_log2, m_scaled); });
+    add_weighted<E>(o, l, lv, v, [&](int c) { return rescale(mv[c], scale_log2, shift); });
     m = m_new;
   }
 }
@@ -438,12 +438,12 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     float m = neg_inf();
     for (int j = i; j < end; ++j)
       if (record(j).b >= 0) m = fmaxf(m, partial(j).m[eh]);
-    const float m_scaled = m * r.scale_log2;
+    const float shift = softmax_shift(m * r.scale_log2);
     float l = 0.f, o[E] = {};
     for (int j = i; j < end; ++j) {
       if (record(j).b < 0) continue;
       const WarpPartial& w = partial(j);
-      const float corr = rescale(w.m[eh], r.scale_log2, m_scaled);
+      const float corr = rescale(w.m[eh], r.scale_log2, shift);
       l += corr * w.l[eh];
 #pragma unroll
       for (int e = 0; e < E; e += 4) {

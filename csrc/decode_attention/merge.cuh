@@ -52,13 +52,13 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, int bh, int 
 #pragma unroll
   for (int c = 0; c < kChunk; ++c) m = fmaxf(m, mv[c]);
   for (int s = kChunk; s < num_splits; ++s) m = fmaxf(m, ptx::ld_global_cg_f32(pm + s * 2 * kGqa));
-  const float m_scaled = m * p.scale_log2;
+  const float m_scaled = m * p.scale_log2, shift = softmax_shift(m_scaled);
 
   float l = 0.f, o[E] = {};
   for (int s0 = 0;;) {
-    // Every active split saw at least one token: m_s finite; padding: 2^-inf = 0.
+    // Padding (and a split whose logits were all -inf): 2^-inf = 0.
     add_weighted<E>(o, l, lv, v,
-                    [&](int c) { return ptx::ex2(fmaf(mv[c], p.scale_log2, -m_scaled)); });
+                    [&](int c) { return ptx::ex2(fmaf(mv[c], p.scale_log2, -shift)); });
     s0 += kChunk;
     if (s0 >= num_splits) break;
     load_chunk(s0);
@@ -124,11 +124,11 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
   float m = neg_inf();
 #pragma unroll
   for (int r = 0; r < kSplits; ++r) m = fmaxf(m, cb[Buf::kM + r * kGqa + h]);
-  const float m_scaled = m * p.scale_log2;
+  const float m_scaled = m * p.scale_log2, shift = softmax_shift(m_scaled);
   float l = 0.f, acc[kPerThread] = {};
 #pragma unroll
   for (int r = 0; r < kSplits; ++r) {
-    const float w = rescale(cb[Buf::kM + r * kGqa + h], p.scale_log2, m_scaled);
+    const float w = rescale(cb[Buf::kM + r * kGqa + h], p.scale_log2, shift);
     l += w * cb[Buf::kL + r * kGqa + h];
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kGqa + h) * D + dl + e];
