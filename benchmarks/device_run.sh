@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU machine's one script: the named steps in order, each under a time
 # limit, a short summary last (and in $OUT/summary.txt).
-#   bash benchmarks/device_run.sh build smoke tests memcheck racecheck synccheck sass ab bench ncu demo
+#   bash benchmarks/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu demo
 #   build      the extension (pip install -e ., the system g++)
 #   smoke      tests/test_balanced.py, test_fp8.py, test_kernel_variants.py (GPU ids)
 #   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu)
 #   memcheck / racecheck / synccheck   compute-sanitizer on benchmarks/sanitize_cases.py
 #   sass       every kernel of the shipped .so: PDL, bulk copies, MMA, no local memory
 #   ab         benchmarks/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
+#   phases     benchmarks/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
 #   bench      benchmarks/bench_decode.py (BENCH_ARGS; peers from .whl and .peers,
 #              carried: benchmarks/WHEELS.md, PEERS.md)
 #   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan; ...")
@@ -52,6 +53,7 @@ for step in "$@"; do
     racecheck) sanitize racecheck "${SAN_S:-200}" --quick ;;
     synccheck) sanitize synccheck "${SAN_S:-120}" --quick ;;
     ab) timeout "${AB_S:-200}" python3 benchmarks/quick_ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -70 ;;
+    phases) timeout "${PHASES_S:-150}" python3 benchmarks/phases_row.py ${PHASES_ARGS:-} 2>&1 | tee "$OUT/phases.log" | tail -120 ;;
     sass)
       for so in python/flint_attention/_C*.so; do
         cuobjdump --dump-sass "$so" >"$OUT/sass.txt" 2>&1

@@ -220,3 +220,26 @@ def test_thousand_launches_with_two_level_merges():
         check_output(outs[i], configs[i % 3], None, what=f"launch {i}")
     changed = [i for i, out in enumerate(outs) if not torch.equal(out, outs[i % 3])]
     assert not changed, f"{len(changed)} launches differ from the first of their inputs, first {changed[0]}"
+
+
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
+def test_phase_stamps_build_changes_no_bit(kv_dtype):
+    # The testing extension's stamped build of the balanced kernel
+    # (benchmarks/phases_row.py) computes what the op's build computes, bit
+    # for bit, and stamps every warp's phases in order (with a two-level
+    # merge: one request over the whole grid).
+    inp = make([131072, 300, 0, 5000], 2, kv_dtype=kv_dtype)
+    window = None
+    ref = run_op(inp, window).clone()
+    ctas = division(inp, window)[0]
+    stamps = torch.zeros(ctas, 8, 9, dtype=torch.int64, device="cuda")
+    inp.out.fill_(float("nan"))
+    plans._ops().balanced_phases(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
+                                 window, DEFAULT_SCALE, inp.out, inp.k_scale, inp.v_scale, stamps)
+    assert torch.equal(inp.out.view(torch.int16), ref.view(torch.int16))
+    s = stamps.cpu()
+    # Every warp reaches the first six phases (entered .. cta_ready), in order.
+    assert bool((s[..., :6] > 0).all())
+    assert bool((s[..., 1:6] >= s[..., :5]).all())
+    # Some CTAs merge across CTAs, and some finish a segment.
+    assert bool((s[..., 7] > 0).any()) and bool((s[..., 8] > 0).any())

@@ -33,6 +33,28 @@
 
 namespace flint {
 
+// Where a balanced launch's time goes: each warp passes these points in order
+// (a warp whose CTA has no cross-CTA merge stops at kCtaMerged, one that does
+// not merge last at kArrived). The operator's kernels take NoProbe, which
+// compiles to nothing; the testing extension's build stamps the clock there
+// (csrc/testing/balanced_phases.cu).
+enum BalancedPhase : int {
+  kEntered,        // the kernel starts
+  kDivided,        // the division and each warp's first request known
+  kLeadingIssued,  // the leading pages out, before griddepcontrol.wait
+  kWaited,         // past griddepcontrol.wait
+  kStreamed,       // the warp's share consumed
+  kCtaReady,       // every warp of the CTA streamed (and the empty rows zeroed)
+  kCtaMerged,      // the CTA's merge done (outputs or workspace partials stored)
+  kArrived,        // arrival at the cross-CTA merges counted
+  kFinished,       // the last arrival's merges stored
+  kNumBalancedPhases
+};
+
+struct NoProbe {
+  __device__ __forceinline__ void at(BalancedPhase) const {}
+};
+
 namespace detail {
 
 // A warp's piece that it could not finish alone: which segment, where that
@@ -195,9 +217,9 @@ __device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord&
 
 }  // namespace detail
 
-template <class Kv, int kWarps, int kStages>
-__global__ void __launch_bounds__(32 * kWarps, 1)
-    decode_attention_balanced_kernel(const __grid_constant__ DecodeParams p) {
+// The kernel's body (decode_attention_balanced_kernel below), with its probe.
+template <class Kv, int kWarps, int kStages, class Probe>
+__device__ __forceinline__ void balanced_attention(const DecodeParams& p, const Probe& probe) {
   using namespace detail;
   using Smem = BalancedSmem<Kv, kWarps, kStages>;
   constexpr int kThreads = 32 * kWarps;
@@ -213,6 +235,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
   const int H = p.num_kv_heads;
   const int cta = blockIdx.x, grid = gridDim.x;
+  probe.at(kEntered);
 
   // ---- the division: every CTA computes it from seq_lens -----------------
   // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
@@ -261,6 +284,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     before += blk.total;
   }
   __syncthreads();
+  probe.at(kDivided);
 
   // ---- this warp's share: pieces of segments -------------------------------
   const int64_t x0 = cta_begin + warp * per_warp, x1 = min(x0 + per_warp, cta_end);
@@ -314,7 +338,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // write), q and out depend on the previous kernel: the other leading pages
   // go out before the wait.
   issue_leading(ring, span, bt_cur, current_page, false, lane);
+  probe.at(kLeadingIssued);
   ptx::grid_dependency_wait();
+  probe.at(kWaited);
   // A PDL-launched successor may start once every CTA is past its wait: its
   // prologue overlaps this call's stream where an SM has room.
   ptx::launch_dependents();
@@ -401,6 +427,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     }
   }
 
+  probe.at(kStreamed);
+
   // seq_len-0 requests have no pages: CTA c zeroes requests c, c + grid, ...
   // (here, while the CTA's slowest warp may still stream, not on the way to
   // the first page).
@@ -418,6 +446,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // CTA is finished here; one that crosses a CTA boundary (at most the
   // first and the last) becomes a workspace partial.
   __syncthreads();
+  probe.at(kCtaReady);
   auto record = [&](int i) -> const PieceRecord& { return sm.pieces[i / 2][i % 2]; };
   auto partial = [&](int i) -> const WarpPartial& {
     return i % 2 ? sm.ring[i / 2].last : sm.first[i / 2];
@@ -463,6 +492,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     }
     i = end;
   }
+  probe.at(kCtaMerged);
   if (cross_first < 0 && cross_last < 0) return;
 
   // ---- merge the segments split over CTAs ------------------------------------
@@ -495,6 +525,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     sm.last_arrival[warp] = last;
   }
   __syncthreads();
+  probe.at(kArrived);
+  bool finished = false;  // (the probe's only)
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const int slot = k == 0 ? cross_first : cross_last;
@@ -506,6 +538,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       merge_global<E>(p, 0, f, [&](int i) { return partial_slot(c0 + i, c0); }, eh, ed,
                       r.scale_log2, o, m, l);
       finish<E>(p, r, o, m, l, eh, ed);
+      finished = true;
       continue;
     }
     // Level 1 done by this group's last CTA: its group's partial, then the
@@ -528,7 +561,15 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     merge_global<E>(p, 2 * grid, groups, [&](int i) { return partial_slot(c0 + i * group, c0); },
                     eh, ed, r.scale_log2, o, m, l);
     finish<E>(p, r, o, m, l, eh, ed);
+    finished = true;
   }
+  if (finished) probe.at(kFinished);
+}
+
+template <class Kv, int kWarps, int kStages>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    decode_attention_balanced_kernel(const __grid_constant__ DecodeParams p) {
+  balanced_attention<Kv, kWarps, kStages>(p, NoProbe{});
 }
 
 template <class Kv, int kWarps, int kStages>

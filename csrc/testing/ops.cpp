@@ -111,6 +111,12 @@ std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache
 void pdl_token_writer(const at::Tensor& src_q, const at::Tensor& q, const at::Tensor& src_kv,
                       const at::Tensor& kv_cache, const at::Tensor& block, const at::Tensor& row,
                       int64_t delay_ns);
+// Defined in balanced_phases.cu.
+void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
+                     const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                     const at::Tensor& sinks, std::optional<int64_t> window, double scale,
+                     const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
+                     const std::optional<at::Tensor>& v_scale, const at::Tensor& stamps);
 
 TORCH_LIBRARY(flint_testing, m) {
   // A PDL-aware stand-in for a KV-cache writer right before decode_attention
@@ -127,6 +133,10 @@ TORCH_LIBRARY(flint_testing, m) {
   m.def("variant(int i) -> int[]", &variant_op);
   m.def("division(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, int? window, "
         "int[] plan) -> int[]");
+  // The balanced kernel with %globaltimer stamps at its phases (balanced_phases.cu).
+  m.def("balanced_phases(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, "
+        "Tensor sinks, int? window, float scale, Tensor(a!) out, Tensor? k_scale, "
+        "Tensor? v_scale, Tensor(b!) stamps) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) {
@@ -135,6 +145,7 @@ TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) {
   m.impl("default_plan", &default_plan_op);
   m.impl("legacy_plan", &legacy_plan_op);
   m.impl("division", &division_op);
+  m.impl("balanced_phases", &balanced_phases);
 }
 
 }  // namespace flint

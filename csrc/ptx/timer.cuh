@@ -1,0 +1,16 @@
+// The GPU's global clock, for the testing extension's phase stamps (PTX ISA
+// "Special Registers": %globaltimer). The operator's kernels never read it.
+#pragma once
+
+#include "ptx/arch.cuh"
+
+namespace flint::ptx {
+
+// %globaltimer: nanoseconds, one clock for every SM of the GPU.
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+
+}  // namespace flint::ptx

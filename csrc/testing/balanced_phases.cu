@@ -1,0 +1,96 @@
+// Test-only op flint_testing::balanced_phases: the balanced kernel built with a
+// probe that stamps %globaltimer (ns) as lane 0 of each warp passes each
+// BalancedPhase (decode_attention/kernel_balanced.cuh), into stamps[cta][warp][phase]
+// (0: not reached). Launched as the op launches it (workspace, grid, PDL), so a
+// CUDA graph of back-to-back calls shows where a call's time goes
+// (benchmarks/phases_row.py). Registered in ops.cpp.
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "decode_attention/kernel_balanced.cuh"
+#include "decode_attention/launch_plan.h"
+#include "ops/params_from_tensors.h"
+#include "ops/validation.h"
+#include "ops/workspace.h"
+#include "ptx/timer.cuh"
+
+namespace flint {
+namespace {
+
+struct StampProbe {
+  uint64_t* stamps;  // [grid][warps][kNumBalancedPhases]
+  __device__ __forceinline__ void at(BalancedPhase phase) const {
+    if (threadIdx.x % 32 == 0) {
+      const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+      stamps[warp * kNumBalancedPhases + phase] = ptx::global_timer_ns();
+    }
+  }
+};
+
+template <class Kv, int kWarps, int kStages>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    balanced_phases_kernel(const __grid_constant__ DecodeParams p, uint64_t* stamps) {
+  balanced_attention<Kv, kWarps, kStages>(p, StampProbe{stamps});
+}
+
+}  // namespace
+
+// The op's arguments, then `stamps`: int64 [ctas, warps, kNumBalancedPhases]
+// on q's device, ctas the grid the balanced plan launches (flint_testing.division).
+void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
+                     const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                     const at::Tensor& sinks, std::optional<int64_t> window, double scale,
+                     const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
+                     const std::optional<at::Tensor>& v_scale, const at::Tensor& stamps) {
+  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
+                              k_scale, v_scale);
+  const c10::cuda::CUDAGuard guard(q.device());
+  LaunchPlan plan;  // the op's balanced plan: 8 warps, 2 (bf16) or 4 (fp8) stages
+  plan.kind = KernelKind::kBalanced;
+  plan.kv = kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
+  plan.warps = 8;
+  plan.stages = plan.kv == KvDtype::kBf16 ? 2 : 4;
+  plan.refill = Refill::kKernelRule;
+  DecodeParams p = params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale,
+                                       out, k_scale, v_scale);
+  if (p.num_blocks == 0) p.max_blocks = 0;
+  p.refill = plan.refill;
+  LaunchShape shape{};
+  C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
+  TORCH_CHECK(stamps.scalar_type() == at::kLong && stamps.is_contiguous() &&
+                  stamps.device() == q.device() &&
+                  stamps.numel() == int64_t(shape.grid.x) * plan.warps * kNumBalancedPhases,
+              "balanced_phases: stamps must be contiguous int64 [", shape.grid.x, ", ", plan.warps,
+              ", ", int(kNumBalancedPhases), "] on ", q.device());
+  const void* fn = plan.kv == KvDtype::kBf16
+                       ? reinterpret_cast<const void*>(&balanced_phases_kernel<detail::KvBf16, 8, 2>)
+                       : reinterpret_cast<const void*>(&balanced_phases_kernel<detail::KvFp8, 8, 4>);
+  C10_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      shape.smem_bytes));
+  C10_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const WorkspaceLease lease = lease_workspace(q.device(), stream);
+  TORCH_CHECK(shape.partials <= lease.ws.max_partials && shape.counters <= lease.ws.max_counters,
+              "balanced_phases: the workspace is too small for this launch");
+  p.part_o = lease.ws.part_o;
+  p.part_ml = lease.ws.part_ml;
+  p.counters = lease.ws.counters;
+  uint64_t* stamp_ptr = reinterpret_cast<uint64_t*>(stamps.data_ptr<int64_t>());
+  cudaLaunchConfig_t launch = {};
+  launch.gridDim = shape.grid;
+  launch.blockDim = shape.block;
+  launch.dynamicSmemBytes = shape.smem_bytes;
+  launch.stream = stream;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  launch.attrs = &attr;
+  launch.numAttrs = 1;
+  void* args[] = {&p, &stamp_ptr};
+  C10_CUDA_CHECK(cudaLaunchKernelExC(&launch, fn, args));
+}
+
+}  // namespace flint
