@@ -444,54 +444,75 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
   // Slot i = (warp i / 2, first / last) in order; the slots of one segment
   // are consecutive (empty ones between them aside). A segment inside the
   // CTA is finished here; one that crosses a CTA boundary (at most the
-  // first and the last) becomes a workspace partial.
+  // first and the last) becomes a workspace partial. Every slot's record
+  // and this thread's part of its partial are loaded at once (no load waits
+  // on another), then merged online in slot order, flushed where the
+  // segment changes.
   __syncthreads();
   probe.at(kCtaReady);
+  constexpr int kSlots = 2 * kWarps;
   auto record = [&](int i) -> const PieceRecord& { return sm.pieces[i / 2][i % 2]; };
   auto partial = [&](int i) -> const WarpPartial& {
     return i % 2 ? sm.ring[i / 2].last : sm.first[i / 2];
   };
+  int slot_b[kSlots], slot_h[kSlots];
+  float slot_m[kSlots], slot_l[kSlots], slot_c[kSlots];
+  float4 slot_o[kSlots][E / 4];
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    slot_b[i] = record(i).b;
+    slot_h[i] = record(i).h;
+    slot_c[i] = record(i).scale_log2;
+    slot_m[i] = partial(i).m[eh];
+    slot_l[i] = partial(i).l[eh];
+#pragma unroll
+    for (int e = 0; e < E / 4; ++e) slot_o[i][e] = partial_o4<Kv>(partial(i), eh, ed + 4 * e);
+  }
   // The slots holding this CTA's first / last segment when it crosses a CTA
   // boundary (-1: it does not). Scalars, not an array: registers.
   int cross_first = -1, cross_last = -1;
-  for (int i = 0; i < 2 * kWarps;) {
-    if (record(i).b < 0) {
-      ++i;
-      continue;
-    }
-    const PieceRecord& r = record(i);
-    int end = i + 1;
-    while (end < 2 * kWarps &&
-           (record(end).b < 0 || (record(end).b == r.b && record(end).h == r.h)))
-      ++end;
-    float m = neg_inf();
-    for (int j = i; j < end; ++j)
-      if (record(j).b >= 0) m = fmaxf(m, partial(j).m[eh]);
-    const float shift = softmax_shift(m * r.scale_log2);
-    float l = 0.f, o[E] = {};
-    for (int j = i; j < end; ++j) {
-      if (record(j).b < 0) continue;
-      const WarpPartial& w = partial(j);
-      const float corr = rescale(w.m[eh], r.scale_log2, shift);
-      l += corr * w.l[eh];
-#pragma unroll
-      for (int e = 0; e < E; e += 4) {
-        const float4 x = partial_o4<Kv>(w, eh, ed + e);
-        o[e] += corr * x.x;
-        o[e + 1] += corr * x.y;
-        o[e + 2] += corr * x.z;
-        o[e + 3] += corr * x.w;
-      }
-    }
+  int seg = -1, seg_b = 0, seg_h = 0;  // the first slot of the segment being merged, its (b, h)
+  float m = neg_inf(), l = 0.f, o[E] = {};
+  auto flush = [&] {
+    const PieceRecord& r = record(seg);
     const bool starts_here = r.seg_begin >= cta_begin;
     if (starts_here && r.seg_begin + r.n <= cta_end) {
       finish<E>(p, r, o, m, l, eh, ed);
     } else {
       store_global_partial<E>(p, partial_slot(cta, starts_here ? cta : -1), o, m, l, eh, ed);
-      (starts_here ? cross_last : cross_first) = i;
+      (starts_here ? cross_last : cross_first) = seg;
     }
-    i = end;
+    m = neg_inf();
+    l = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] = 0.f;
+  };
+#pragma unroll
+  for (int i = 0; i < kSlots; ++i) {
+    if (slot_b[i] < 0) continue;
+    if (seg >= 0 && (slot_b[i] != seg_b || slot_h[i] != seg_h)) {
+      flush();
+      seg = -1;
+    }
+    if (seg < 0) {
+      seg = i;
+      seg_b = slot_b[i];
+      seg_h = slot_h[i];
+    }
+    const float m_new = fmaxf(m, slot_m[i]);
+    const float shift = softmax_shift(m_new * slot_c[i]);
+    const float c_run = rescale(m, slot_c[i], shift), c_new = rescale(slot_m[i], slot_c[i], shift);
+    l = l * c_run + slot_l[i] * c_new;
+#pragma unroll
+    for (int e = 0; e < E / 4; ++e) {
+      o[4 * e] = o[4 * e] * c_run + slot_o[i][e].x * c_new;
+      o[4 * e + 1] = o[4 * e + 1] * c_run + slot_o[i][e].y * c_new;
+      o[4 * e + 2] = o[4 * e + 2] * c_run + slot_o[i][e].z * c_new;
+      o[4 * e + 3] = o[4 * e + 3] * c_run + slot_o[i][e].w * c_new;
+    }
+    m = m_new;
   }
+  if (seg >= 0) flush();
   probe.at(kCtaMerged);
   if (cross_first < 0 && cross_last < 0) return;
 
