@@ -58,9 +58,13 @@ class Plan:
         """(pages of the busiest CTA, mean pages per CTA of the grid) of a call
         with these lengths under this (balanced) plan, from the division the
         kernel computes on the device."""
+        if self.kind != "balanced":
+            raise ValueError(f"balance: {self.name} is a split plan; only the balanced kernel "
+                             "divides the pages (flint_testing.division)")
         lens = torch.as_tensor(list(seq_lens), dtype=torch.int32)
         device = torch.device(device or "cuda")
-        max_blocks = max_blocks or max(1, -(-int(lens.max(initial=0)) // 16))
+        longest = int(lens.max()) if lens.numel() else 0
+        max_blocks = max_blocks or max(1, -(-longest // 16))
         q = torch.empty(len(lens), 8 * num_kv_heads, 128, dtype=torch.bfloat16, device=device)
         kv = torch.empty(1, num_kv_heads, 16, 256, dtype=torch.bfloat16, device=device)
         bt = torch.empty(len(lens), max_blocks, dtype=torch.int32, device=device)
