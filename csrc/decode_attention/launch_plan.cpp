@@ -154,11 +154,10 @@ LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num
 // bf16 keeps the split kernels for sliding-window layers and for full
 // attention below kBalancedMinBatch requests or over at most 8 (request, kv
 // head) pairs (each pair then has the whole GPU's splits to itself): a
-// balanced call costs 2-5 us more than a split one (device runs 82-86; ncu of
-// one launch at b1 L8k: 21.5 against 15.9 us, cause not yet found), which the
-// balance repays only where the lengths can be ragged over many requests (at
-// 20-32 ragged requests it runs 1.6-2.3x faster). fp8 has only the balanced
-// kernel.
+// balanced call costs a few us more than a split one (its merges' round trips,
+// and the next call's CTAs can start only as this one's leave), which the
+// balance repays only where the lengths can be ragged over many requests
+// (docs/launch-plan.md). fp8 has only the balanced kernel.
 constexpr int kBalancedMinBatch = 8;
 
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
