@@ -4,7 +4,9 @@
 #   bash benchmarks/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu demo
 #   build      the extension (pip install -e ., the system g++)
 #   smoke      tests/test_balanced.py, test_fp8.py, test_kernel_variants.py (GPU ids)
-#   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu)
+#   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu), its log
+#              $OUT/$TESTS_NAME.log (default tests); on the GPU machine $OUT is set
+#              (device_out/ is only the fallback)
 #   memcheck / racecheck / synccheck   compute-sanitizer on benchmarks/sanitize_cases.py
 #   sass       every kernel of the shipped .so: PDL, bulk copies, MMA, no local memory
 #   ab         benchmarks/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
@@ -24,12 +26,15 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 summary=$OUT/summary.txt
 note() { echo "== $1"; echo "$1" >>"$summary"; }
 note "$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader) commit ${FLINT_COMMIT:-?}"
-pytest_gpu() {  # name, limit_s, pytest args...
+pytest_gpu() {  # name, limit_s, pytest args... (-v: a test's outcome is logged as it ends,
+  # so a run stopped at its limit still says what passed and what failed)
   local name=$1 limit=$2; shift 2
-  local t0=$(date +%s)
-  timeout "$limit" python3 -m pytest -q -p no:cacheprovider -n 8 -k "${TEST_K:-not cpu}" "$@" >"$OUT/$name.log" 2>&1
-  note "$name rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E '[0-9]+ (passed|failed)' "$OUT/$name.log" | tail -1)"
-  grep -E "^(FAILED|ERROR) " "$OUT/$name.log" | head -25 | tee -a "$summary"
+  local t0=$(date +%s) log="$OUT/$name.log"
+  timeout "$limit" python3 -m pytest -v -p no:cacheprovider -n 8 -k "${TEST_K:-not cpu}" "$@" >"$log" 2>&1
+  local rc=$? counts
+  counts=$(for o in PASSED FAILED ERROR SKIPPED XFAIL; do echo -n "$o $(grep -c " $o " "$log") "; done)
+  note "$name rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E '[0-9]+ (passed|failed)' "$log" | tail -1) [logged: $counts]"
+  grep -E "(FAILED|ERROR) tests/" "$log" | head -25 | tee -a "$summary"
 }
 sanitize() {  # tool, limit_s, args
   local t0=$(date +%s)
@@ -48,7 +53,7 @@ for step in "$@"; do
       fi
       grep -E "registers|spill" "$OUT/build.log" | sort | uniq -c | sort -rn >"$OUT/ptxas.txt" ;;
     smoke) pytest_gpu smoke "${SMOKE_S:-200}" tests/test_balanced.py tests/test_fp8.py tests/test_kernel_variants.py ;;
-    tests) pytest_gpu tests "${TESTS_S:-300}" ${TEST_FILES:-tests} ;;
+    tests) pytest_gpu "${TESTS_NAME:-tests}" "${TESTS_S:-300}" ${TEST_FILES:-tests} ;;
     memcheck) sanitize memcheck "${SAN_S:-150}" ;;
     racecheck) sanitize racecheck "${SAN_S:-200}" --quick ;;
     synccheck) sanitize synccheck "${SAN_S:-120}" --quick ;;
