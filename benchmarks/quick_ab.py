@@ -135,8 +135,7 @@ def main():
             floor_us = nbytes / 4.5e12 * 1e6
             cands = [("default", None)]
             s = sets[0]
-            if kv == "bf16":
-                cands.append(("split", plans.legacy_plan(s.q, s.kv_cache, window)))
+            cands.append(("split", plans.legacy_plan(s.q, s.kv_cache, window)))
             cands.append(("balanced", plans.balanced_plan(s.kv_cache)))
             if args.variants:
                 base = plans.balanced_plan(s.kv_cache)

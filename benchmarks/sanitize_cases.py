@@ -58,14 +58,23 @@ def main() -> None:
         run(dataclasses.replace(plan, pdl=False), [3000, 1, 0, 260], 2, 128)
     from flint_attention import flint_decode_attention  # the op's own choice of plan
 
-    for lens, kvh, window in [([3000, 0, 17], 2, None), ([40] * 12, 1, None), ([900, 5], 8, 128)]:
-        inp = make_paged_inputs(len(lens), lens, kvh, window, "cuda")
-        flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
-                               window, SCALE, inp.out)
-        torch.cuda.synchronize()
-        assert_close(inp.out, reference(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens,
-                                        inp.sinks, window, SCALE), BF16_VS_F64, f"default {lens}")
-        print(f"ok default plan batch={len(lens)} kvh={kvh} window={window}", flush=True)
+    # Each kernel the op picks (launch_plan.cpp), in both formats: 8-warp
+    # splits, the balanced kernel, the cluster, 9-warp splits, 4-warp splits
+    # (full attention, then a window), one warp per (request, kv head).
+    for kv in ("bf16", "fp8"):
+        fp8 = dict(kv_dtype=FP8, k_scale=0.02, v_scale=[0.01, 0.03]) if kv == "fp8" else {}
+        for lens, kvh, window in [([3000, 0, 17], 4, None), ([40] * 12, 2, None),
+                                  ([900, 5], 2, 128), ([5000], 2, None),
+                                  ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
+                                  ([(13 * i) % 300 for i in range(200)], 2, 64)]:
+            inp = make_paged_inputs(len(lens), lens, kvh, window, "cuda", **fp8)
+            flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
+                                   window, SCALE, inp.out, k_scale=inp.k_scale, v_scale=inp.v_scale)
+            torch.cuda.synchronize()
+            assert_close(inp.out, reference(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens,
+                                            inp.sinks, window, SCALE, inp.k_scale, inp.v_scale),
+                         BF16_VS_F64, f"default {kv} {lens[:8]}")
+            print(f"ok default plan {kv} batch={len(lens)} kvh={kvh} window={window}", flush=True)
     print("sanitize cases done")
 
 

@@ -1,5 +1,5 @@
-"""The balanced kernel (what the op launches for fp8, and for bf16 full
-attention from 8 requests on; here launched on every shape through its plan,
+"""The balanced kernel (what the op launches for full attention from 8
+requests and over more than 8 (request, kv head) pairs; here launched on every shape through its plan,
 flint_attention.testing.plans): the batch's attended pages
 divided equally among the warps of a one-wave grid on the device, segments
 split over warps merged in shared memory, over CTAs through workspace

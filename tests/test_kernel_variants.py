@@ -83,18 +83,24 @@ def test_plan_without_pdl(pdl):
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 def test_default_plan(kv_dtype):
-    # The balanced kernel for fp8 and for bf16 full attention from 8 requests
-    # and over more than 8 (request, kv head) pairs; the split kernels for
-    # bf16 otherwise (launch_plan.cpp). Never a function of the block tables
-    # (not an input).
+    # The balanced kernel for full attention from 8 requests and over more
+    # than 8 (request, kv head) pairs; the split kernels otherwise, for either
+    # format (launch_plan.cpp). Never a function of the block tables (not an
+    # input).
     for batch, kvh, window in [(1, 8, None), (7, 2, None), (8, 1, None), (8, 2, None),
                                (512, 2, None), (1, 8, 128), (64, 1, 128), (3, 16, 4096)]:
         q = torch.empty(batch, 8 * kvh, 128, dtype=torch.bfloat16, device="cuda")
         cache = torch.empty(1, kvh, 16, 256, dtype=kv_dtype, device="cuda")
         plan = plans.default_plan(q, cache, window)
-        balanced = kv_dtype == FP8 or (window is None and batch >= 8 and batch * kvh > 8)
+        balanced = window is None and batch >= 8 and batch * kvh > 8
         assert (plan.kind == "balanced") == balanced, (batch, kvh, window, plan)
         assert plan.kv == ("fp8" if kv_dtype == FP8 else "bf16")
+        if not balanced:
+            # The same split plan as bf16's, twice the (half-size) slots for fp8.
+            bf16 = plans.default_plan(q, torch.empty(1, kvh, 16, 256, dtype=torch.bfloat16,
+                                                     device="cuda"), window)
+            x = 2 if kv_dtype == FP8 else 1
+            assert plan == dataclasses.replace(bf16, kv=plan.kv, stages=bf16.stages * x), (plan, bf16)
 
 
 def test_unsupported_plan_is_an_error():
@@ -104,7 +110,7 @@ def test_unsupported_plan_is_an_error():
         run(bad, inp, None)
     with pytest.raises(RuntimeError, match="the launch plan is for an fp8 cache"):
         run(plans.Plan(kv="fp8", stages=4), inp, None)
-    with pytest.raises(RuntimeError, match="no compiled kernel for split fp8"):
+    with pytest.raises(RuntimeError, match="no compiled kernel for split fp8, warps 8, stages 2"):
         run(plans.Plan(kind="split", kv="fp8", warps=8, stages=2, splits=4),
             make_paged_inputs(1, [5], 1, None, "cuda", kv_dtype=FP8, k_scale=1.0, v_scale=1.0), None)
     with pytest.raises(RuntimeError, match="a split plan needs splits >= 1"):

@@ -52,16 +52,17 @@ def _launch(inp, window, scale):
         return run_op(inp, window, scale)
     from flint_attention.testing import plans
 
+    # An fp8 page is half a bf16 one: its split kernels have twice the slots
+    # (launch_plan.cpp).
+    kv, x = ("fp8", 2) if inp.kv_cache.dtype == FP8 else ("bf16", 1)
     if name == "balanced":
         plan = plans.balanced_plan(inp.kv_cache)
-    elif inp.kv_cache.dtype == FP8:
-        return run_op(inp, window, scale)  # the other kernels are bf16 only
     elif name == "split":
-        plan = plans.Plan(kind="split", warps=8, stages=2, splits=16, refill=1)
+        plan = plans.Plan(kind="split", kv=kv, warps=8, stages=2 * x, splits=16, refill=1)
     elif name == "cluster":
-        plan = plans.Plan(kind="cluster", warps=4, stages=2, splits=4)
+        plan = plans.Plan(kind="cluster", kv=kv, warps=4, stages=2 * x, splits=4)
     else:
-        plan = plans.Plan(kind="warp-per-head", warps=4, stages=3, refill=-1)
+        plan = plans.Plan(kind="warp-per-head", kv=kv, warps=4, stages=3 * x, refill=-1)
     return plans.run_with_plan(plan, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens,
                                inp.sinks, window, scale, inp.out, inp.k_scale, inp.v_scale)
 

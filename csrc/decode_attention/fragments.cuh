@@ -65,7 +65,8 @@ __device__ __forceinline__ void mask_v_rows(uint32_t (&v)[32], int page, int sta
 // per word puts each fragment back.
 struct KvBf16 {
   static constexpr KvDtype kDtype = KvDtype::kBf16;
-  static constexpr int kRowBytes = kRowElems * 2;
+  static constexpr int kElemBytes = 2;
+  static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
   static_assert(kPageBytes == 8192, "16 tokens x [K | V] of 128 bf16");
 
@@ -153,7 +154,8 @@ struct KvBf16 {
 // conflict the layout cannot avoid (each lane needs the dims of its rows g).
 struct KvFp8 {
   static constexpr KvDtype kDtype = KvDtype::kFp8E4m3;
-  static constexpr int kRowBytes = kRowElems;
+  static constexpr int kElemBytes = 1;
+  static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
   static_assert(kPageBytes == 4096, "16 tokens x [K | V] of 128 e4m3");
 

@@ -1,8 +1,8 @@
-// Split-KV paged decode attention for Hopper (sm_90a).
+// Split-KV paged decode attention for Hopper (sm_90a), bf16 or fp8 cache (Kv).
 //
 // Grid (splits, kv heads, batch); 32 x kWarps threads per CTA. The attended
 // pages of one (request, kv head) are interleaved over all warps of its active
-// splits. Each warp streams whole 8 KB pages (16 tokens x [K | V]) through a
+// splits. Each warp streams whole pages (16 tokens x [K | V]) through a
 // private ring of kStages shared-memory slots filled by bulk copies, and runs
 // S^T = K Q^T and O^T += V^T P^T on the tensor cores with the 8 query heads of
 // the GQA group as the n = 8 dimension. The warps of a CTA merge through
@@ -30,42 +30,6 @@ namespace flint {
 
 namespace detail {
 
-// Column of dim d of head h in a warp's merge buffer. Lane (g, t) writes
-// heads 2t, 2t+1 at dims 8g + 2w (+64): unswizzled, the four t of one g hit
-// the same banks (rows are 128 floats apart), a 4-way conflict on every
-// store. XOR with (h & 6) = 2t spreads them over the 32 banks; it keeps
-// float2 pairs and, within a float4, at most swaps its halves (see
-// read_warp_o).
-__device__ __forceinline__ int warp_buf_col(int h, int d) { return d ^ (h & 6); }
-
-// Writes a warp's (O, m, l) to its merge buffer: O as [head][dim] fp32 (dims
-// swizzled, warp_buf_col), then m[8], l[8]. Fragment o[4j + e] is head
-// 2t + (e & 1), dim o_tile_dim(j, g) + (e >> 1).
-template <class Plan>
-__device__ __forceinline__ void store_warp_state(float* buf, const WarpState& st, int g, int t) {
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int d0 = KvBf16::o_tile_dim(j, g);
-    ptx::st_shared_f32x2(ptx::smem_addr(&buf[(2 * t) * kHeadDim + warp_buf_col(2 * t, d0)]),
-                         st.o[4 * j], st.o[4 * j + 2]);
-    ptx::st_shared_f32x2(ptx::smem_addr(&buf[(2 * t + 1) * kHeadDim + warp_buf_col(2 * t + 1, d0)]),
-                         st.o[4 * j + 1], st.o[4 * j + 3]);
-  }
-  if (g == 0) {
-    buf[Plan::kWarpM + 2 * t] = st.m[0];
-    buf[Plan::kWarpM + 2 * t + 1] = st.m[1];
-    buf[Plan::kWarpL + 2 * t] = st.l[0];
-    buf[Plan::kWarpL + 2 * t + 1] = st.l[1];
-  }
-}
-
-// Dims d .. d+3 (d % 4 == 0) of head h from a warp's merge buffer: one float4
-// at the swizzled column, halves swapped back when (h & 2).
-__device__ __forceinline__ float4 read_warp_o(const float* buf, int h, int d) {
-  const float4 x = *reinterpret_cast<const float4*>(&buf[h * kHeadDim + (d ^ (h & 4))]);
-  return (h & 2) ? make_float4(x.z, x.w, x.x, x.y) : x;
-}
-
 // The fewest splits of `warps` warps that give each warp the same largest
 // number of the `pages`, at most `cap` and each warp at least min_pages.
 __device__ __forceinline__ int fewest_splits(int pages, int warps, int cap, int min_pages) {
@@ -76,11 +40,12 @@ __device__ __forceinline__ int fewest_splits(int pages, int warps, int cap, int 
 
 }  // namespace detail
 
-template <int kWarps, int kStages, int kClusterSplits>
+template <class Kv, int kWarps, int kStages, int kClusterSplits>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     decode_attention_kernel(const __grid_constant__ DecodeParams p) {
-  using Plan = SmemPlan<kWarps, kStages, kClusterSplits>;
+  using Plan = SmemPlan<kWarps, kStages, kClusterSplits, Kv::kPageBytes>;
   using namespace detail;
+  static_assert(kWarps * sizeof(WarpPartial) <= Plan::kRingBytes, "the ring holds the partials");
   // Epilogue mapping: thread tid < 32 kMergeWarps owns E consecutive dims
   // [ed, ed + E) of head eh.
   constexpr int kMergeWarps = Plan::kMergeWarps;
@@ -147,15 +112,16 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int gw = split * stream_warps + warp;
   const int n_pages =
       warp < stream_warps ? (max(num_pages - gw, 0) + warps_total - 1) / warps_total : 0;
-  const WarpPages pages{p.block_tables + b * p.bt_stride_b + start_page + gw,
-                        static_cast<const uint16_t*>(p.kv_cache) + kvh * p.kv_stride_head,
-                        p.kv_stride_block,
-                        p.num_blocks,
-                        start_page + gw,
-                        warps_total,
-                        n_pages,
-                        ptx::smem_addr(smem) + warp * kStages * kPageBytes,
-                        ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8};
+  const WarpPages<Kv, kStages> pages{
+      p.block_tables + b * p.bt_stride_b + start_page + gw,
+      kv_head_of<Kv>(p, kvh),
+      p.kv_stride_block * Kv::kElemBytes,
+      p.num_blocks,
+      start_page + gw,
+      warps_total,
+      n_pages,
+      smem + warp * Plan::kWarpRingBytes,
+      reinterpret_cast<ptx::Mbarrier*>(smem + Plan::kBarOffset) + warp * kStages};
   const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
   init_ring_barriers<kStages>(pages.bars, lane);
   if constexpr (kClusterSplits > 0) {
@@ -166,31 +132,30 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   // ---- prefetch, wait on the previous kernel, stream pages -------------------
   WarpState st;
-  wait_then_stream_pages<kStages>(p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len,
-                                             g, t, lane, st);
+  const HeadScales sc =
+      wait_then_stream_pages(p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len, g, t, lane, st);
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
   __syncthreads();  // every warp is done with its ring
-  float* warp_bufs = reinterpret_cast<float*>(smem);
-  store_warp_state<Plan>(warp_bufs + warp * Plan::kWarpBufFloats, st, g, t);
+  WarpPartial* warp_bufs = reinterpret_cast<WarpPartial*>(smem);
+  store_partial<Kv>(warp_bufs[warp], st, g, t);
   __syncthreads();
   if (!merges) return;
 
   float m_cta = neg_inf();
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w)
-    m_cta = fmaxf(m_cta, warp_bufs[w * Plan::kWarpBufFloats + Plan::kWarpM + eh]);
-  const float m_cta_scaled = m_cta * p.scale_log2, shift = softmax_shift(m_cta_scaled);
+  for (int w = 0; w < kWarps; ++w) m_cta = fmaxf(m_cta, warp_bufs[w].m[eh]);
+  const float m_cta_scaled = m_cta * sc.logits_log2, shift = softmax_shift(m_cta_scaled);
   float l_cta = 0.f;
   float o[E] = {};
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
-    const float* buf = warp_bufs + w * Plan::kWarpBufFloats;
-    const float corr = rescale(buf[Plan::kWarpM + eh], p.scale_log2, shift);
-    l_cta += corr * buf[Plan::kWarpL + eh];
+    const WarpPartial& buf = warp_bufs[w];
+    const float corr = rescale(buf.m[eh], sc.logits_log2, shift);
+    l_cta += corr * buf.l[eh];
 #pragma unroll
     for (int e = 0; e < E; e += 4) {
-      const float4 x = read_warp_o(buf, eh, ed + e);
+      const float4 x = partial_o4<Kv>(buf, eh, ed + e);
       o[e] += corr * x.x;
       o[e + 1] += corr * x.y;
       o[e + 2] += corr * x.z;
@@ -200,9 +165,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   if constexpr (kClusterSplits > 0) {
     // ---- merge the splits of the cluster ------------------------------------
     cluster_merge<kWarps, kClusterSplits>(p, smem + Plan::kClusterOffset, split, b, kvh, tid, eh,
-                                          ed, o, m_cta, l_cta, cluster_sink_scaled);
+                                          ed, o, m_cta, l_cta, cluster_sink_scaled, sc.logits_log2,
+                                          sc.out);
   } else if (num_splits == 1) {
-    store_out<E>(out_row + ed, o, 1.f / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
+    store_out<E>(out_row + ed, o, sc.out / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
   } else {
     // ---- merge the splits: partials to the workspace -------------------------
     store_global_partial<E>(p, int64_t(bh) * max_splits + split, o, m_cta, l_cta, eh, ed);
@@ -219,17 +185,19 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     arrival = __shfl_sync(kFullMask, arrival, 0);
     __syncwarp();
     if (arrival == num_splits - 1) {
-      merge_splits<kMergeWarps>(p, bh, num_splits, eh, ed, sink_scaled, out_row);
+      merge_splits<kMergeWarps>(p, bh, num_splits, eh, ed, sink_scaled, sc.logits_log2, sc.out,
+                                out_row);
       // The counter resets itself for the next launch on this stream.
       if (lane == 0) ptx::st_relaxed_gpu(counter, 0);
     }
   }
 }
 
-template <int kWarps, int kStages, int kClusterSplits>
+template <class Kv, int kWarps, int kStages, int kClusterSplits>
 KernelEntry split_entry() {
-  return {reinterpret_cast<const void*>(&decode_attention_kernel<kWarps, kStages, kClusterSplits>),
-          SmemPlan<kWarps, kStages, kClusterSplits>::kBytes};
+  return {reinterpret_cast<const void*>(
+              &decode_attention_kernel<Kv, kWarps, kStages, kClusterSplits>),
+          SmemPlan<kWarps, kStages, kClusterSplits, Kv::kPageBytes>::kBytes};
 }
 
 }  // namespace flint

@@ -1,5 +1,5 @@
-// Paged decode attention with one warp per (request, kv head): no splits and no
-// merge. A persistent grid of at most ceil(batch x kv heads / kWarps) CTAs (what
+// Paged decode attention with one warp per (request, kv head), bf16 or fp8
+// cache (Kv): no splits and no merge. A persistent grid of at most ceil(batch x kv heads / kWarps) CTAs (what
 // the GPU holds at once, see launch_plan.cpp); warp w of CTA c takes the pair c x kWarps + w
 // (and every gridDim.x x kWarps-th after it), streams all its attended pages
 // through its own ring and writes the normalized output straight from its
@@ -40,26 +40,29 @@ __device__ __forceinline__ PairSpan pair_span(const DecodeParams& p, int pair, i
 }
 
 // The pair's pages in the warp's ring, page k at ring position ring_base + k.
-__device__ __forceinline__ WarpPages pair_pages(const DecodeParams& p, const PairSpan& s,
-                                                uint32_t ring, uint32_t bars, int ring_base) {
-  return WarpPages{p.block_tables + s.b * p.bt_stride_b + s.start_page,
-                   static_cast<const uint16_t*>(p.kv_cache) + s.kvh * p.kv_stride_head,
-                   p.kv_stride_block,
-                   p.num_blocks,
-                   s.start_page,
-                   1,
-                   s.num_pages,
-                   ring,
-                   bars,
-                   ring_base};
+template <class Kv, int kStages>
+__device__ __forceinline__ WarpPages<Kv, kStages> pair_pages(const DecodeParams& p,
+                                                             const PairSpan& s, uint8_t* ring,
+                                                             ptx::Mbarrier* bars, int ring_base) {
+  return WarpPages<Kv, kStages>{p.block_tables + s.b * p.bt_stride_b + s.start_page,
+                                kv_head_of<Kv>(p, s.kvh),
+                                p.kv_stride_block * Kv::kElemBytes,
+                                p.num_blocks,
+                                s.start_page,
+                                1,
+                                s.num_pages,
+                                ring,
+                                bars,
+                                ring_base};
 }
 
 }  // namespace detail
 
-template <int kWarps, int kStages>
+template <class Kv, int kWarps, int kStages>
 __global__ void __launch_bounds__(32 * kWarps)
     decode_attention_warp_per_head_kernel(const __grid_constant__ DecodeParams p) {
-  using Plan = SmemPlan<kWarps, kStages, 0>;  // the ring and barriers; no merge buffers
+  // The ring and barriers; no merge buffers.
+  using Plan = SmemPlan<kWarps, kStages, 0, Kv::kPageBytes>;
   using namespace detail;
 
   extern __shared__ __align__(128) uint8_t smem[];
@@ -68,8 +71,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int num_pairs = p.batch * p.num_kv_heads;
   // NOTE: a warp without a pair leaves at once; nothing below is CTA-wide.
   if (blockIdx.x * kWarps + warp >= num_pairs) return;
-  const uint32_t ring = ptx::smem_addr(smem) + warp * kStages * kPageBytes;
-  const uint32_t bars = ptx::smem_addr(smem + Plan::kBarOffset) + warp * kStages * 8;
+  uint8_t* const ring = smem + warp * Plan::kWarpRingBytes;
+  ptx::Mbarrier* const bars = reinterpret_cast<ptx::Mbarrier*>(smem + Plan::kBarOffset) + warp * kStages;
   init_ring_barriers<kStages>(bars, lane);
 
   // Warp w of CTA c takes pairs c x kWarps + w + i x gridDim.x x kWarps: one
@@ -99,17 +102,18 @@ __global__ void __launch_bounds__(32 * kWarps)
     if (cur.num_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
       const float zeros[32] = {};
-      store_warp_out<KvBf16>(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
+      store_warp_out<Kv>(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
       cur = next;
       leading_issued = false;
       continue;
     }
 
     // ---- this warp's pages: start_page + k, k < num_pages; then the next pair's
-    const WarpPages pages = pair_pages(p, cur, ring, bars, ring_base);
+    const WarpPages<Kv, kStages> pages = pair_pages<Kv, kStages>(p, cur, ring, bars, ring_base);
     const int bt_cur = leading_issued ? carried_bt : pages.block_at(lane);
     const int bt_next = pages.block_at(lane + 32);
-    NextPages after{pair_pages(p, next, ring, bars, ring_base + cur.num_pages), 0};
+    NextPages<Kv, kStages> after{
+        pair_pages<Kv, kStages>(p, next, ring, bars, ring_base + cur.num_pages), 0};
     const bool chain = next.num_pages > 0 && cur.num_pages >= kStages - 1;
     if (chain) after.bt = after.pages.block_at(lane);
     else after.pages.n_pages = 0;
@@ -122,14 +126,14 @@ __global__ void __launch_bounds__(32 * kWarps)
     // ---- prefetch, wait on the previous kernel, stream pages -----------------
     // (after the first pair, griddepcontrol.wait returns at once.)
     WarpState st;
-    wait_then_stream_pages<kStages, true>(p, pages, bt_cur, bt_next, cur.b, cur.kvh,
-                                                     cur.start_tok, cur.seq_len, g, t, lane, st,
-                                                     leading_issued, &after);
+    const HeadScales sc = wait_then_stream_pages<Kv, kStages, true>(
+        p, pages, bt_cur, bt_next, cur.b, cur.kvh, cur.start_tok, cur.seq_len, g, t, lane, st,
+        leading_issued, &after);
 
     // ---- normalize with the sink term and store ------------------------------
-    const float inv0 = 1.f / (st.l[0] + ptx::ex2(sink0 - st.m[0] * p.scale_log2));
-    const float inv1 = 1.f / (st.l[1] + ptx::ex2(sink1 - st.m[1] * p.scale_log2));
-    store_warp_out<KvBf16>(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
+    const float inv0 = sc.out / (st.l[0] + ptx::ex2(sink0 - st.m[0] * sc.logits_log2));
+    const float inv1 = sc.out / (st.l[1] + ptx::ex2(sink1 - st.m[1] * sc.logits_log2));
+    store_warp_out<Kv>(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
     ring_base += cur.num_pages;
     cur = next;
     leading_issued = chain;
@@ -137,10 +141,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
-template <int kWarps, int kStages>
+template <class Kv, int kWarps, int kStages>
 KernelEntry warp_per_head_entry() {
-  return {reinterpret_cast<const void*>(&decode_attention_warp_per_head_kernel<kWarps, kStages>),
-          SmemPlan<kWarps, kStages, 0>::kBytes};
+  return {reinterpret_cast<const void*>(&decode_attention_warp_per_head_kernel<Kv, kWarps, kStages>),
+          SmemPlan<kWarps, kStages, 0, Kv::kPageBytes>::kBytes};
 }
 
 }  // namespace flint

@@ -21,12 +21,18 @@ struct Variant {
 constexpr Variant kVariants[] = {
     {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
     {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 4, 0, balanced_fp8_w8_s4},
-    {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_w4_s2},
-    {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_w4_s3},
-    {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_w8_s2},
-    {KernelKind::kSplit, KvDtype::kBf16, 9, 2, 0, split_w9_s2},
-    {KernelKind::kCluster, KvDtype::kBf16, 4, 2, 4, cluster4_w4_s2},
-    {KernelKind::kWarpPerHead, KvDtype::kBf16, 4, 3, 0, warp_per_head_w4_s3},
+    {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_bf16_w4_s2},
+    {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_bf16_w4_s3},
+    {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_bf16_w8_s2},
+    {KernelKind::kSplit, KvDtype::kBf16, 9, 2, 0, split_bf16_w9_s2},
+    {KernelKind::kCluster, KvDtype::kBf16, 4, 2, 4, cluster4_bf16_w4_s2},
+    {KernelKind::kWarpPerHead, KvDtype::kBf16, 4, 3, 0, warp_per_head_bf16_w4_s3},
+    {KernelKind::kSplit, KvDtype::kFp8E4m3, 4, 4, 0, split_fp8_w4_s4},
+    {KernelKind::kSplit, KvDtype::kFp8E4m3, 4, 6, 0, split_fp8_w4_s6},
+    {KernelKind::kSplit, KvDtype::kFp8E4m3, 8, 4, 0, split_fp8_w8_s4},
+    {KernelKind::kSplit, KvDtype::kFp8E4m3, 9, 4, 0, split_fp8_w9_s4},
+    {KernelKind::kCluster, KvDtype::kFp8E4m3, 4, 4, 4, cluster4_fp8_w4_s4},
+    {KernelKind::kWarpPerHead, KvDtype::kFp8E4m3, 4, 6, 0, warp_per_head_fp8_w4_s6},
 };
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -114,16 +120,20 @@ int64_t pairs_per_warp(int64_t num_pairs, const Residency& res, int warps) {
 }  // namespace
 
 // The split kernels' rules (each rule's evidence: docs/launch-plan-history.md),
-// from the batch size, kv heads and window only.
-LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num_sms) {
+// from the batch size, kv heads and window only. An fp8 page is half a bf16
+// one: twice the ring slots keep the bytes in flight per warp, the shared
+// memory and so the residency these rules were measured with.
+LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
   const int num_bh = batch * num_kv_heads;
+  const int slots_per_bf16_slot = kv == KvDtype::kBf16 ? 1 : 2;
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
   LaunchPlan p;
+  p.kv = kv;
   auto set = [&](KernelKind kind, int splits, int warps, int stages, int min_pages, Refill refill) {
     p.kind = kind;
     p.splits = splits;
     p.warps = warps;
-    p.stages = stages;
+    p.stages = stages * slots_per_bf16_slot;
     p.min_pages = min_pages;
     p.refill = refill;
     return p;
@@ -151,19 +161,19 @@ LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num
 // bulk-copy intake needs, and 8 warps per SM give the fp8 conversions the
 // issue slots they need (device runs 83-85).
 //
-// bf16 keeps the split kernels for sliding-window layers and for full
-// attention below kBalancedMinBatch requests or over at most 8 (request, kv
-// head) pairs (each pair then has the whole GPU's splits to itself): a
-// balanced call costs a few us more than a split one (its merges' round trips,
-// and the next call's CTAs can start only as this one's leave), which the
-// balance repays only where the lengths can be ragged over many requests
-// (docs/launch-plan.md). fp8 has only the balanced kernel.
+// The split kernels stay for sliding-window layers and for full attention
+// below kBalancedMinBatch requests or over at most 8 (request, kv head) pairs
+// (each pair then has the whole GPU's splits to itself): a balanced call
+// costs a few us more than a split one (its merges' round trips, and the next
+// call's CTAs can start only as this one's leave), which the balance repays
+// only where the lengths can be ragged over many requests
+// (docs/launch-plan.md). The same rule for both formats: the fixed cost does
+// not depend on the page's bytes.
 constexpr int kBalancedMinBatch = 8;
 
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
   const bool balanced = !sliding && batch >= kBalancedMinBatch && batch * num_kv_heads > 8;
-  if (kv == KvDtype::kBf16 && !balanced)
-    return split_kernels_plan(batch, num_kv_heads, sliding, num_sms);
+  if (!balanced) return split_kernels_plan(batch, num_kv_heads, sliding, kv, num_sms);
   LaunchPlan plan;
   plan.kind = KernelKind::kBalanced;
   plan.kv = kv;

@@ -14,9 +14,9 @@ namespace flint {
 
 enum class KernelKind : int {
   kBalanced = 0,     // kernel_balanced.cuh: the pages divided on the device
-  kSplit = 1,        // kernel.cuh: a fixed number of CTAs per (request, kv head), bf16
-  kCluster = 2,      // kernel.cuh: those CTAs merged in a thread-block cluster, bf16
-  kWarpPerHead = 3,  // kernel_warp_per_head.cuh: one warp per (request, kv head), bf16
+  kSplit = 1,        // kernel.cuh: a fixed number of CTAs per (request, kv head)
+  kCluster = 2,      // kernel.cuh: those CTAs merged in a thread-block cluster
+  kWarpPerHead = 3,  // kernel_warp_per_head.cuh: one warp per (request, kv head)
 };
 
 // The compile-time variant and the launch-time choices of one launch.
@@ -37,11 +37,11 @@ struct LaunchPlan {
 // (never the lengths nor the block tables' width).
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms);
 
-// The split kernels' plan for such a call (what plan_launch picks for bf16
-// sliding windows and for bf16 full attention below 8 requests or over at
-// most 8 (request, kv head) pairs), for A/B runs against the balanced kernel
-// on any shape; bf16 only.
-LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, int num_sms);
+// The split kernels' plan for such a call (what plan_launch picks for
+// sliding windows and for full attention below 8 requests or over at most 8
+// (request, kv head) pairs), for A/B runs against the balanced kernel on any
+// shape.
+LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms);
 
 // Empty if `plan` names a compiled kernel and valid parameters, else why not
 // (with the list of compiled variants).

@@ -1,8 +1,9 @@
 // Merging the splits of one (request, kv head): in the last warp to arrive for
 // each head, from fp32 partials in global memory, or inside a thread-block
 // cluster through distributed shared memory. Both finish softmax with the sink term:
-//   out = sum_s w_s O_s / (sum_s w_s l_s + 2^(sink log2(e) - M c)),
-//   w_s = 2^(m_s c - M c), M = max_s m_s, c = scale log2(e).
+//   out = v sum_s w_s O_s / (sum_s w_s l_s + 2^(sink log2(e) - M c)),
+//   w_s = 2^(m_s c - M c), M = max_s m_s, c = the logits' scale x log2(e)
+//   (x k_scale x 2^e for fp8, warp_pages.cuh's HeadScales), v = v_scale (1 for bf16).
 #pragma once
 
 #include "decode_attention/params.h"
@@ -21,8 +22,8 @@ namespace flint::detail {
 // of kChunk splits keep 64 floats of O in flight per lane.
 template <int kWarps>
 __device__ __forceinline__ void merge_splits(const DecodeParams& p, int bh, int num_splits,
-                                             int eh, int ed, float sink_scaled,
-                                             uint16_t* out_row) {
+                                             int eh, int ed, float sink_scaled, float scale_log2,
+                                             float out_scale, uint16_t* out_row) {
   constexpr int E = kGqa * kHeadDim / (32 * kWarps);
   constexpr int kChunk = 64 / E;
   const int64_t row0 = int64_t(bh) * gridDim.x;
@@ -52,18 +53,18 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, int bh, int 
 #pragma unroll
   for (int c = 0; c < kChunk; ++c) m = fmaxf(m, mv[c]);
   for (int s = kChunk; s < num_splits; ++s) m = fmaxf(m, ptx::ld_global_cg_f32(pm + s * 2 * kGqa));
-  const float m_scaled = m * p.scale_log2, shift = softmax_shift(m_scaled);
+  const float m_scaled = m * scale_log2, shift = softmax_shift(m_scaled);
 
   float l = 0.f, o[E] = {};
   for (int s0 = 0;;) {
     // Padding (and a split whose logits were all -inf): 2^-inf = 0.
     add_weighted<E>(o, l, lv, v,
-                    [&](int c) { return ptx::ex2(fmaf(mv[c], p.scale_log2, -shift)); });
+                    [&](int c) { return ptx::ex2(fmaf(mv[c], scale_log2, -shift)); });
     s0 += kChunk;
     if (s0 >= num_splits) break;
     load_chunk(s0);
   }
-  store_out<E>(out_row + ed, o, 1.f / (l + ptx::ex2(sink_scaled - m_scaled)));
+  store_out<E>(out_row + ed, o, out_scale / (l + ptx::ex2(sink_scaled - m_scaled)));
 }
 
 // In the cluster merge, rank r owns dims [r D, (r + 1) D) of all 8 heads, 8 D
@@ -95,7 +96,8 @@ template <int kWarps, int kSplits>
 __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* buf, int split,
                                               int b, int kvh, int tid, int eh, int ed,
                                               const float (&o)[kGqa * kHeadDim / (32 * kWarps)],
-                                              float m_cta, float l_cta, float sink_scaled) {
+                                              float m_cta, float l_cta, float sink_scaled,
+                                              float scale_log2, float out_scale) {
   using Buf = ClusterBufPlan<kSplits>;
   constexpr int E = kGqa * kHeadDim / (32 * kWarps);
   constexpr int D = Buf::kDimsPerRank;
@@ -124,16 +126,16 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
   float m = neg_inf();
 #pragma unroll
   for (int r = 0; r < kSplits; ++r) m = fmaxf(m, cb[Buf::kM + r * kGqa + h]);
-  const float m_scaled = m * p.scale_log2, shift = softmax_shift(m_scaled);
+  const float m_scaled = m * scale_log2, shift = softmax_shift(m_scaled);
   float l = 0.f, acc[kPerThread] = {};
 #pragma unroll
   for (int r = 0; r < kSplits; ++r) {
-    const float w = rescale(cb[Buf::kM + r * kGqa + h], p.scale_log2, shift);
+    const float w = rescale(cb[Buf::kM + r * kGqa + h], scale_log2, shift);
     l += w * cb[Buf::kL + r * kGqa + h];
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kGqa + h) * D + dl + e];
   }
-  const float inv = 1.f / (l + ptx::ex2(sink_scaled - m_scaled));
+  const float inv = out_scale / (l + ptx::ex2(sink_scaled - m_scaled));
   uint16_t* dst_out =
       p.out + b * p.out_stride_b + (kvh * kGqa + h) * p.out_stride_h + split * D + dl;
   if constexpr (kPerThread == 2) {

@@ -11,15 +11,11 @@ constexpr int kHeadDim = 128;                      // per head, q / K / V / out
 constexpr int kGqa = 8;                            // query heads per kv head
 constexpr int kPageTokens = 16;                    // tokens per cache block
 constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V]
-constexpr int kRowBytes = kRowElems * 2;           // 512 (bf16)
-constexpr int kPageBytes = kPageTokens * kRowBytes;  // 8 KB (bf16), one bulk copy
 
 // Softmax in base 2: exp(x) = 2^(x log2(e)); the scale is folded in double, the
 // sinks in float (both backends alike).
 constexpr double kLog2e = 1.4426950408889634;
 constexpr float kLog2eF = static_cast<float>(kLog2e);
-
-static_assert(kPageBytes == 8192, "a page is 16 tokens x [K | V] of 128 bf16 each");
 
 // Element type of the KV cache. An fp8 cache stores x / scale as e4m3 (vLLM's
 // kv_cache_dtype="fp8"): dequantized = stored x scale, with one fp32 scale per

@@ -1,4 +1,5 @@
-// Shared-memory layout of decode_attention_kernel<kWarps, kStages, kClusterSplits>.
+// Shared-memory layout of the split kernels (kernel.cuh) and of the
+// warp-per-head kernel's rings.
 #pragma once
 
 #include "decode_attention/params.h"
@@ -19,7 +20,8 @@ struct ClusterBufPlan {
   static constexpr int kFloats = kL + kSplits * kGqa;
 };
 
-template <int kWarps, int kStages, int kClusterSplits>
+// kSlotBytes: one page of the cache's format (8 KB bf16, 4 KB fp8).
+template <int kWarps, int kStages, int kClusterSplits, int kSlotBytes>
 struct SmemPlan {
   static_assert(kWarps == 4 || kWarps >= 8, "the epilogue maps 1024 outputs onto 128 or 256 threads");
   static_assert(kClusterSplits == 0 || kWarps <= 8, "every thread of a cluster rank merges");
@@ -30,20 +32,16 @@ struct SmemPlan {
   static constexpr int kMergeWarps = kWarps < 8 ? kWarps : 8;
   static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
 
-  // Page ring: kStages slots of 8 KB per warp; one mbarrier per slot.
-  static constexpr int kRingBytes = kWarps * kStages * kPageBytes;
+  // Page ring: kStages slots per warp, one mbarrier per slot. After
+  // streaming, the ring holds the warps' partials for the CTA merge
+  // (kernel.cuh).
+  static constexpr int kWarpRingBytes = kStages * kSlotBytes;
+  static constexpr int kRingBytes = kWarps * kWarpRingBytes;
   static constexpr int kBarOffset = kRingBytes;
   static constexpr int kClusterOffset = kBarOffset + kWarps * kStages * 8;
   static constexpr int kBytes = kClusterOffset + ClusterBufPlan<kClusterSplits>::kFloats * 4;
 
-  // After streaming, the ring is reused for the CTA merge: per warp O as
-  // [head][dim] then m[8], l[8].
-  static constexpr int kWarpM = kGqa * kHeadDim;
-  static constexpr int kWarpL = kWarpM + kGqa;
-  static constexpr int kWarpBufFloats = kWarpL + kGqa;
-
-  static_assert(kWarps * kWarpBufFloats * 4 <= kRingBytes, "the ring holds the merge buffers");
-  static_assert(kBarOffset % 128 == 0 && kClusterOffset % 16 == 0, "alignment");
+  static_assert(kWarpRingBytes % 128 == 0 && kClusterOffset % 16 == 0, "alignment");
   static_assert(kBytes <= 227 * 1024, "fits one CTA's shared memory");
 };
 

@@ -68,8 +68,11 @@ std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_c
 std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
                                     std::optional<int64_t> window) {
   const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
+  const KvDtype kv =
+      kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
   return to_ints(split_kernels_plan(static_cast<int>(q.size(0)),
-                                    static_cast<int>(kv_cache.size(1)), window.has_value(), sms));
+                                    static_cast<int>(kv_cache.size(1)), window.has_value(), kv,
+                                    sms));
 }
 
 int64_t num_variants_op() { return num_variants(); }

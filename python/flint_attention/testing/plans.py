@@ -79,17 +79,17 @@ def default_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) ->
 
 
 def legacy_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) -> Plan:
-    """The split kernels' plan for such a call (bf16 only): what the op
-    launches for bf16 sliding windows and full attention below 8 requests or
-    over at most 8 (request, kv head) pairs, for A/B runs against the
+    """The split kernels' plan for such a call (either cache format): what
+    the op launches for sliding windows and full attention below 8 requests
+    or over at most 8 (request, kv head) pairs, for A/B runs against the
     balanced kernel on any shape."""
     return Plan.from_ints(_ops().legacy_plan(q, kv_cache, window))
 
 
 def balanced_plan(kv_cache: torch.Tensor) -> Plan:
     """The balanced kernel's plan for a cache of this dtype, whatever the
-    shape (what the op launches for fp8, and for bf16 full attention from 8
-    requests and more than 8 (request, kv head) pairs on), for A/B runs."""
+    shape (what the op launches for full attention from 8 requests and more
+    than 8 (request, kv head) pairs on), for A/B runs."""
     kv = "fp8" if kv_cache.dtype == torch.float8_e4m3fn else "bf16"
     return next(p for p in variants() if p.kind == "balanced" and p.kv == kv)
 

@@ -3,6 +3,6 @@
 
 namespace flint {
 
-KernelEntry split_w8_s2() { return split_entry<8, 2, 0>(); }
+KernelEntry split_fp8_w4_s6() { return split_entry<detail::KvFp8, 4, 6, 0>(); }
 
 }  // namespace flint

@@ -3,6 +3,6 @@
 
 namespace flint {
 
-KernelEntry split_w4_s2() { return split_entry<4, 2, 0>(); }
+KernelEntry split_fp8_w9_s4() { return split_entry<detail::KvFp8, 9, 4, 0>(); }
 
 }  // namespace flint

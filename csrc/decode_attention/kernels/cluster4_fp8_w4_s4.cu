@@ -3,6 +3,6 @@
 
 namespace flint {
 
-KernelEntry cluster4_w4_s2() { return split_entry<4, 2, 4>(); }
+KernelEntry cluster4_fp8_w4_s4() { return split_entry<detail::KvFp8, 4, 4, 4>(); }
 
 }  // namespace flint

@@ -3,6 +3,6 @@
 
 namespace flint {
 
-KernelEntry warp_per_head_w4_s3() { return warp_per_head_entry<4, 3>(); }
+KernelEntry warp_per_head_fp8_w4_s6() { return warp_per_head_entry<detail::KvFp8, 4, 6>(); }
 
 }  // namespace flint

@@ -3,6 +3,6 @@
 
 namespace flint {
 
-KernelEntry split_w9_s2() { return split_entry<9, 2, 0>(); }
+KernelEntry split_bf16_w9_s2() { return split_entry<detail::KvBf16, 9, 2, 0>(); }
 
 }  // namespace flint

@@ -3,6 +3,6 @@
 
 namespace flint {
 
-KernelEntry split_w4_s3() { return split_entry<4, 3, 0>(); }
+KernelEntry split_bf16_w4_s3() { return split_entry<detail::KvBf16, 4, 3, 0>(); }
 
 }  // namespace flint
