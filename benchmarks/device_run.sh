@@ -8,6 +8,7 @@
 #              $OUT/$TESTS_NAME.log (default tests); on the GPU machine $OUT is set
 #              (device_out/ is only the fallback)
 #   memcheck / racecheck / synccheck   compute-sanitizer on benchmarks/sanitize_cases.py
+#              (racecheck, synccheck: SAN_ARGS, default --quick)
 #   sass       every kernel of the shipped .so: PDL, bulk copies, MMA, no local memory
 #   ab         benchmarks/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
 #   phases     benchmarks/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
@@ -55,8 +56,8 @@ for step in "$@"; do
     smoke) pytest_gpu smoke "${SMOKE_S:-200}" tests/test_balanced.py tests/test_fp8.py tests/test_kernel_variants.py ;;
     tests) pytest_gpu "${TESTS_NAME:-tests}" "${TESTS_S:-300}" ${TEST_FILES:-tests} ;;
     memcheck) sanitize memcheck "${SAN_S:-150}" ;;
-    racecheck) sanitize racecheck "${SAN_S:-200}" --quick ;;
-    synccheck) sanitize synccheck "${SAN_S:-120}" --quick ;;
+    racecheck) sanitize racecheck "${SAN_S:-200}" "${SAN_ARGS:---quick}" ;;
+    synccheck) sanitize synccheck "${SAN_S:-120}" "${SAN_ARGS:---quick}" ;;
     ab) timeout "${AB_S:-200}" python3 benchmarks/quick_ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -70 ;;
     phases) timeout "${PHASES_S:-150}" python3 benchmarks/phases_row.py ${PHASES_ARGS:-} 2>&1 | tee "$OUT/phases.log" | tail -120 ;;
     sass)

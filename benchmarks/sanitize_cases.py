@@ -6,7 +6,11 @@ segments split over warps and CTAs, the two-level merge, chained pieces,
 seq_len 0, windows, fp8, PDL off. Results are checked against float64 so that a
 run that is silently wrong still fails.
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_cases.py [--quick]
+    compute-sanitizer --tool memcheck python benchmarks/sanitize_cases.py [--quick | --defaults]
+
+--quick: the balanced machinery and the op's default plans (racecheck is
+slow); --defaults: the op's default plans only, one kernel of each kind per
+format; --case I: of those, the I-th only (both formats).
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ def run(plan, seq_lens, kvh, window):
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv  # the default plans only (racecheck is slow)
+    only = int(sys.argv[sys.argv.index("--case") + 1]) if "--case" in sys.argv else None
+    defaults = only is not None or "--defaults" in sys.argv
+    quick = defaults or "--quick" in sys.argv
     for plan in [] if quick else plans.variants():
         run(plan, [0, 17, 300, 33, 4097], 2, None)
         run(plan, [700, 129, 0, 5], 2, 64)
-    for kv in ("bf16", "fp8"):
+    for kv in () if defaults else ("bf16", "fp8"):
         probe = make_paged_inputs(1, [1], 1, None, "cuda", kv_dtype=FP8 if kv == "fp8" else torch.bfloat16)
         plan = plans.balanced_plan(probe.kv_cache)
         ctas = plans._ops().division(probe.q, probe.kv_cache, probe.block_tables, probe.seq_lens,
@@ -61,12 +67,13 @@ def main() -> None:
     # Each kernel the op picks (launch_plan.cpp), in both formats: 8-warp
     # splits, the balanced kernel, the cluster, 9-warp splits, 4-warp splits
     # (full attention, then a window), one warp per (request, kv head).
+    cases = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5000], 2, None),
+             ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
+             ([(13 * i) % 300 for i in range(200)], 2, 64)]
     for kv in ("bf16", "fp8"):
-        fp8 = dict(kv_dtype=FP8, k_scale=0.02, v_scale=[0.01, 0.03]) if kv == "fp8" else {}
-        for lens, kvh, window in [([3000, 0, 17], 4, None), ([40] * 12, 2, None),
-                                  ([900, 5], 2, 128), ([5000], 2, None),
-                                  ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
-                                  ([(13 * i) % 300 for i in range(200)], 2, 64)]:
+        for lens, kvh, window in cases if only is None else cases[only:only + 1]:
+            fp8 = dict(kv_dtype=FP8, k_scale=0.02, v_scale=[0.01 + 0.01 * h for h in range(kvh)]) \
+                if kv == "fp8" else {}
             inp = make_paged_inputs(len(lens), lens, kvh, window, "cuda", **fp8)
             flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
                                    window, SCALE, inp.out, k_scale=inp.k_scale, v_scale=inp.v_scale)
