@@ -10,7 +10,7 @@ run that is silently wrong still fails.
 
 --quick: the balanced machinery and the op's default plans (racecheck is
 slow); --defaults: the op's default plans only, one kernel of each kind per
-format; --case I: of those, the I-th only (both formats).
+format; --case I: of those, the I-th only; --kv bf16|fp8: one format only.
 """
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ def main() -> None:
     # (full attention, then a window), one warp per (request, kv head).
     cases = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5000], 2, None),
              ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
-             ([(13 * i) % 300 for i in range(200)], 2, 64)]
-    for kv in ("bf16", "fp8"):
+             ([(13 * i) % 100 for i in range(200)], 2, 64)]
+    formats = [sys.argv[sys.argv.index("--kv") + 1]] if "--kv" in sys.argv else ["bf16", "fp8"]
+    for kv in formats:
         for lens, kvh, window in cases if only is None else cases[only:only + 1]:
             fp8 = dict(kv_dtype=FP8, k_scale=0.02, v_scale=[0.01 + 0.01 * h for h in range(kvh)]) \
                 if kv == "fp8" else {}

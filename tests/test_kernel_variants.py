@@ -136,3 +136,44 @@ def test_back_to_back_calls(window):
     torch.cuda.synchronize()
     for inp in sets:
         check_output(inp.out, inp, window)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("batch,kvh", [(8, 1), (4, 2), (3, 4), (6, 2), (16, 1)])
+def test_split_ctas_follow_the_lengths(kv_dtype, batch, kvh):
+    # The split kernels divide each kv head's CTAs among the requests from the
+    # actual lengths (kernel.cuh, cta_share): one capture of the split plan,
+    # replayed with lengths that move the division (one long request among
+    # padding rows, equal lengths, one token, nothing to attend, random), each
+    # replay against float64 with stale slots poisoned. The plan's own rules
+    # pick 9-warp splits for (8, 1) and (4, 2), 8-warp ones for (3, 4), 4-warp
+    # ones for (6, 2); (16, 1) is the split plan beyond where the op uses it.
+    sets = [
+        [0] * (batch - 1) + [70000],
+        [3000] * batch,
+        [1] + [0] * (batch - 1),
+        [0] * batch,
+        [40000, 0, 17] + [0] * (batch - 3),
+        torch.randint(0, 30000, (batch,)).tolist(),
+    ]
+    fp8 = dict(kv_dtype=FP8, k_scale=[0.01 * (h + 1) for h in range(kvh)], v_scale=0.02) \
+        if kv_dtype == FP8 else {}
+    made = [make_paged_inputs(batch, lens, kvh, None, "cuda", num_blocks=batch * 4400 + 64,
+                              max_blocks=4400, **fp8) for lens in sets]
+    live = made[0]
+    plan = plans.legacy_plan(live.q, live.kv_cache, None)
+    assert plan.kind == "split", plan
+    run(plan, live, None)
+    torch.cuda.synchronize()
+    check_output(live.out, live, None, what=f"{plan.name} eager")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(plan, live, None)
+    for step, new in enumerate(made[1:] + made[:1]):
+        for name in ("q", "kv_cache", "block_tables", "seq_lens", "sinks", "k_scale", "v_scale"):
+            if getattr(live, name) is not None:
+                getattr(live, name).copy_(getattr(new, name))
+        live.out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_output(live.out, new, None, what=f"{plan.name} replay {step} {sets[(step + 1) % len(sets)][:4]}")

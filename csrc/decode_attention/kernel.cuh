@@ -38,6 +38,51 @@ __device__ __forceinline__ int fewest_splits(int pages, int warps, int cap, int 
   return (pages + pages_per_warp * warps - 1) / (pages_per_warp * warps);
 }
 
+// Which request of the batch, and which of its splits, a CTA of one kv head
+// takes. The kv head's CTAs (at most `active` of them streaming: one wave)
+// are divided among the requests on the device, from their actual lengths:
+// one each, and the rest in proportion to each request's share of the
+// batch's attended pages (rounded down), so that a long request among short
+// or empty ones (padding rows) gets the CTAs they do not need; with equal
+// lengths each gets the same number, as a fixed grid would give. CTA f takes
+// split f - first of the request whose CTAs [first, first + ctas) hold f;
+// CTAs past the last request's take none (b = -1). Every warp computes it
+// alike (its lanes take 32 requests at a time).
+struct CtaShare {
+  int b, split, ctas, first;
+};
+
+__device__ __forceinline__ CtaShare cta_share(const DecodeParams& p, int f, int active, int lane) {
+  auto pages_of = [&](int b) {
+    return b < p.batch ? max(seq_extent(p, p.seq_lens[b]).num_pages, 0) : 0;
+  };
+  int total = 0;
+  for (int b0 = 0; b0 < p.batch; b0 += 32) total += pages_of(b0 + lane);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(kFullMask, total, off);
+  const int64_t spare = active - p.batch;
+  int base = 0;
+  for (int b0 = 0; b0 < p.batch; b0 += 32) {
+    const int b = b0 + lane;
+    const int ctas = b < p.batch ? 1 + (total > 0 ? int(spare * pages_of(b) / total) : 0) : 0;
+    int incl = ctas;  // inclusive scan over the lanes
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int x = __shfl_up_sync(kFullMask, incl, off);
+      if (lane >= off) incl += x;
+    }
+    const int first = base + incl - ctas;
+    const unsigned hit = __ballot_sync(kFullMask, f >= first && f < first + ctas);
+    if (hit != 0) {
+      const int src = __ffs(hit) - 1;
+      const int hit_first = __shfl_sync(kFullMask, first, src);
+      return {b0 + src, f - hit_first, __shfl_sync(kFullMask, ctas, src), hit_first};
+    }
+    base += __shfl_sync(kFullMask, incl, 31);
+  }
+  return {-1, 0, 0, 0};
+}
+
 }  // namespace detail
 
 template <class Kv, int kWarps, int kStages, int kClusterSplits>
@@ -53,11 +98,32 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   constexpr int kThreadsPerHead = kHeadDim / E;
 
   extern __shared__ __align__(128) uint8_t smem[];
-  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int kvh = blockIdx.y;
   const int max_splits = gridDim.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
   const bool merges = warp < kMergeWarps;
+
+  // ---- this CTA's request and split ---------------------------------------
+  // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
+  // are written by host-to-device copies ahead of the forward, never by the
+  // kernel this one overlaps with.
+  // A cluster's ranks are its request's splits (blockIdx.x); one split per
+  // request leaves nothing to divide. Otherwise cta_share from the lengths.
+  // Workspace partials: row kvh x (CTAs of a kv head) + CTA.
+  int b = blockIdx.z, split = blockIdx.x, first_cta = b * max_splits;
+  int cap = min(max_splits, p.max_active_splits);
+  if constexpr (kClusterSplits == 0) {
+    if (max_splits > 1) {
+      const CtaShare share = cta_share(p, b * max_splits + split, cap * p.batch, lane);
+      if (share.b < 0) return;
+      b = share.b;
+      split = share.split;
+      cap = share.ctas;
+      first_cta = share.first;
+    }
+  }
+  const int64_t partial_row0 = int64_t(kvh) * max_splits * p.batch + first_cta;
   const int eh = merges ? tid / kThreadsPerHead : 0, ed = (tid % kThreadsPerHead) * E;
   const int bh = b * p.num_kv_heads + kvh;
   uint16_t* out_row = p.out + b * p.out_stride_b + (kvh * kGqa + eh) * p.out_stride_h;
@@ -70,13 +136,10 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
           : 0.f;
 
   // ---- sequence extent ---------------------------------------------------
-  // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
-  // are written by host-to-device copies ahead of the forward, never by the
-  // kernel this one overlaps with.
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
   // A split is active when each of its warps gets at least min_pages pages and
-  // the active CTAs fit the GPU at once (max_active_splits), and of those only
-  // as many as give each warp the same largest number of pages: the SMs left
+  // it is one of the request's `cap` CTAs (one wave in all, see cta_share),
+  // and of those only as many as give each warp the same largest number of pages: the SMs left
   // over let the next call's CTAs in before this call ends. Warps past the
   // kMergeWarps stream only where they lower that number of splits (b1 L8k:
   // 15 of 9 warps instead of 16 of 8); elsewhere they would only add pages in
@@ -84,7 +147,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // dims).
   int num_splits = max_splits, stream_warps = kWarps;
   if constexpr (kClusterSplits == 0) {
-    const int pages = max(num_pages, 1), cap = min(max_splits, p.max_active_splits);
+    const int pages = max(num_pages, 1);
     num_splits = fewest_splits(pages, kWarps, cap, p.min_pages);
     if constexpr (kWarps > kMergeWarps) {
       const int merge_warp_splits = fewest_splits(pages, kMergeWarps, cap, p.min_pages);
@@ -171,7 +234,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     store_out<E>(out_row + ed, o, sc.out / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
   } else {
     // ---- merge the splits: partials to the workspace -------------------------
-    store_global_partial<E>(p, int64_t(bh) * max_splits + split, o, m_cta, l_cta, eh, ed);
+    store_global_partial<E>(p, partial_row0 + split, o, m_cta, l_cta, eh, ed);
     // ---- each warp: arrive for its heads, merge them if last -----------------
     // NOTE: bar.warp.sync orders the lanes' partial stores before lane 0's
     // release, and lane 0's acquire before the lanes' loads of the other
@@ -185,8 +248,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     arrival = __shfl_sync(kFullMask, arrival, 0);
     __syncwarp();
     if (arrival == num_splits - 1) {
-      merge_splits<kMergeWarps>(p, bh, num_splits, eh, ed, sink_scaled, sc.logits_log2, sc.out,
-                                out_row);
+      merge_splits<kMergeWarps>(p, partial_row0, num_splits, eh, ed, sink_scaled, sc.logits_log2,
+                                sc.out, out_row);
       // The counter resets itself for the next launch on this stream.
       if (lane == 0) ptx::st_relaxed_gpu(counter, 0);
     }

@@ -14,19 +14,18 @@
 
 namespace flint::detail {
 
-// The last warp of (request, kv head) `bh` to arrive for its heads (kGqa /
+// The last warp of a (request, kv head) to arrive for its heads (kGqa /
 // kWarps of them; the lane owns dims [ed, ed + E) of head eh) merges them from
-// all `num_splits` fp32 partials, in registers: each lane loads the (m, l) of
-// its own head with the partial O it weighs, so no shared memory, no
-// __syncthreads and no shuffle stands between the loads and the sums. Chunks
-// of kChunk splits keep 64 floats of O in flight per lane.
+// all `num_splits` fp32 partials (workspace rows row0 + s), in registers:
+// each lane loads the (m, l) of its own head with the partial O it weighs, so
+// no shared memory, no __syncthreads and no shuffle stands between the loads
+// and the sums. Chunks of kChunk splits keep 64 floats of O in flight per lane.
 template <int kWarps>
-__device__ __forceinline__ void merge_splits(const DecodeParams& p, int bh, int num_splits,
+__device__ __forceinline__ void merge_splits(const DecodeParams& p, int64_t row0, int num_splits,
                                              int eh, int ed, float sink_scaled, float scale_log2,
                                              float out_scale, uint16_t* out_row) {
   constexpr int E = kGqa * kHeadDim / (32 * kWarps);
   constexpr int kChunk = 64 / E;
-  const int64_t row0 = int64_t(bh) * gridDim.x;
   const float* po = p.part_o + row0 * (kGqa * kHeadDim) + eh * kHeadDim + ed;
   // Split s: m at pm[2 kGqa s], l at pm[2 kGqa s + kGqa].
   const float* pm = p.part_ml + row0 * 2 * kGqa + eh;
