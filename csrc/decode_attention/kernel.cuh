@@ -1,8 +1,10 @@
 // Split-KV paged decode attention for Hopper (sm_90a), bf16 or fp8 cache (Kv).
 //
-// Grid (splits, kv heads, batch); 32 x kWarps threads per CTA. The attended
-// pages of one (request, kv head) are interleaved over all warps of its active
-// splits. Each warp streams whole pages (16 tokens x [K | V]) through a
+// Grid (splits, kv heads, batch); 32 x kWarps threads per CTA. The splits x
+// batch CTAs of a kv head are divided among its requests by their lengths
+// (cta_share; a cluster's ranks are its request's splits), and the attended
+// pages of one (request, kv head) are interleaved over all warps of its
+// active splits. Each warp streams whole pages (16 tokens x [K | V]) through a
 // private ring of kStages shared-memory slots filled by bulk copies, and runs
 // S^T = K Q^T and O^T += V^T P^T on the tensor cores with the 8 query heads of
 // the GQA group as the n = 8 dimension. The warps of a CTA merge through

@@ -24,8 +24,10 @@ struct LaunchPlan {
   KernelKind kind = KernelKind::kBalanced;
   KvDtype kv = KvDtype::kBf16;
   int warps = 8, stages = 2;
-  // Split kernels: CTAs per (request, kv head) (the cluster's size with
-  // kCluster) and the pages each warp of an active split gets at least.
+  // Split kernels: CTAs per (request, kv head) on average (the grid's x; the
+  // kernel divides a kv head's splits x batch CTAs among its requests by
+  // their lengths; the cluster's size with kCluster) and the pages each warp
+  // of an active split gets at least.
   int splits = 0, min_pages = 1;
   Refill refill = Refill::kBeforeWait;
   bool pdl = true;  // programmatic dependent launch
