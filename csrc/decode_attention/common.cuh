@@ -13,6 +13,17 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
+// Inclusive prefix sum of x over the lanes of the warp.
+template <class T>
+__device__ __forceinline__ T warp_inclusive_sum(T x, int lane) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const T y = __shfl_up_sync(kFullMask, x, off);
+    if (lane >= off) x += y;
+  }
+  return x;
+}
+
 // What the weights' exponents subtract for a running max m (m_scaled = m c):
 // m c, or 0 where m c is -inf (every logit so far -inf, or m c below
 // -FLT_MAX). The weights are then 0, not 2^(-inf - -inf) = NaN; the sink term

@@ -67,12 +67,7 @@ __device__ __forceinline__ CtaShare cta_share(const DecodeParams& p, int f, int 
   for (int b0 = 0; b0 < p.batch; b0 += 32) {
     const int b = b0 + lane;
     const int ctas = b < p.batch ? 1 + (total > 0 ? int(spare * pages_of(b) / total) : 0) : 0;
-    int incl = ctas;  // inclusive scan over the lanes
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const int x = __shfl_up_sync(kFullMask, incl, off);
-      if (lane >= off) incl += x;
-    }
+    const int incl = warp_inclusive_sum(ctas, lane);
     const int first = base + incl - ctas;
     const unsigned hit = __ballot_sync(kFullMask, f >= first && f < first + ctas);
     if (hit != 0) {

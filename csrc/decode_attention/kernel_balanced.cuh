@@ -146,12 +146,7 @@ __device__ __forceinline__ RequestBlock<kPer> scan_block(const DecodeParams& p, 
     r.n[i] = b < p.batch ? max(seq_extent(p, p.seq_lens[b]).num_pages, 0) : 0;
     mine += r.n[i];
   }
-  int64_t incl = mine;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const int64_t x = __shfl_up_sync(kFullMask, incl, off);
-    if (lane >= off) incl += x;
-  }
+  const int64_t incl = warp_inclusive_sum(mine, lane);
   if (lane == 31) sums[parity][warp] = incl;
   __syncthreads();
   r.excl = incl - mine;
