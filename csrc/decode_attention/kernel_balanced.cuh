@@ -284,8 +284,8 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
   // ---- this warp's share: pieces of segments -------------------------------
   const int64_t x0 = cta_begin + warp * per_warp, x1 = min(x0 + per_warp, cta_end);
   const uint8_t* kv = static_cast<const uint8_t*>(p.kv_cache);
-  constexpr int kElem = Kv::kDtype == KvDtype::kBf16 ? 2 : 1;
-  const int64_t stride_block = p.kv_stride_block * kElem, stride_head = p.kv_stride_head * kElem;
+  const int64_t stride_block = p.kv_stride_block * Kv::kElemBytes;
+  const int64_t stride_head = p.kv_stride_head * Kv::kElemBytes;
   auto span_of = [&](const Piece& c, int ring_base) {
     return PieceSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
                      kv + c.h * stride_head, stride_block, p.num_blocks,

@@ -1,7 +1,8 @@
 // Paged decode attention with one warp per (request, kv head), bf16 or fp8
-// cache (Kv): no splits and no merge. A persistent grid of at most ceil(batch x kv heads / kWarps) CTAs (what
-// the GPU holds at once, see launch_plan.cpp); warp w of CTA c takes the pair c x kWarps + w
-// (and every gridDim.x x kWarps-th after it), streams all its attended pages
+// cache (Kv): no splits and no merge. A persistent grid of at most
+// ceil(batch x kv heads / kWarps) CTAs (what the GPU holds at once, see
+// launch_plan.cpp); warp w of CTA c takes the pair c x kWarps + w (and every
+// gridDim.x x kWarps-th after it), streams all its attended pages
 // through its own ring and writes the normalized output straight from its
 // fragments.
 //
@@ -72,7 +73,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   // NOTE: a warp without a pair leaves at once; nothing below is CTA-wide.
   if (blockIdx.x * kWarps + warp >= num_pairs) return;
   uint8_t* const ring = smem + warp * Plan::kWarpRingBytes;
-  ptx::Mbarrier* const bars = reinterpret_cast<ptx::Mbarrier*>(smem + Plan::kBarOffset) + warp * kStages;
+  ptx::Mbarrier* const bars =
+      reinterpret_cast<ptx::Mbarrier*>(smem + Plan::kBarOffset) + warp * kStages;
   init_ring_barriers<kStages>(bars, lane);
 
   // Warp w of CTA c takes pairs c x kWarps + w + i x gridDim.x x kWarps: one
@@ -143,7 +145,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 template <class Kv, int kWarps, int kStages>
 KernelEntry warp_per_head_entry() {
-  return {reinterpret_cast<const void*>(&decode_attention_warp_per_head_kernel<Kv, kWarps, kStages>),
+  return {reinterpret_cast<const void*>(
+              &decode_attention_warp_per_head_kernel<Kv, kWarps, kStages>),
           SmemPlan<kWarps, kStages, 0, Kv::kPageBytes>::kBytes};
 }
 
