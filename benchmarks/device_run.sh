@@ -8,7 +8,7 @@
 #              $OUT/$TESTS_NAME.log (default tests); on the GPU machine $OUT is set
 #              (device_out/ is only the fallback)
 #   memcheck / racecheck / synccheck   compute-sanitizer on benchmarks/sanitize_cases.py
-#              (racecheck, synccheck: SAN_ARGS, default --quick)
+#              (racecheck, synccheck: SAN_ARGS, default --quick; SAN_TOOL_ARGS, SAN_TAG)
 #   sass       every kernel of the shipped .so: PDL, bulk copies, MMA, no local memory
 #   ab         benchmarks/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
 #   phases     benchmarks/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
@@ -37,11 +37,11 @@ pytest_gpu() {  # name, limit_s, pytest args... (-v: a test's outcome is logged 
   note "$name rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E '[0-9]+ (passed|failed)' "$log" | tail -1) [logged: $counts]"
   grep -E "(FAILED|ERROR) tests/" "$log" | head -25 | tee -a "$summary"
 }
-sanitize() {  # tool, limit_s, args
-  local t0=$(date +%s)
-  timeout "$2" compute-sanitizer --tool "$1" --error-exitcode 9 python3 benchmarks/sanitize_cases.py ${3:-} >"$OUT/san_$1.log" 2>&1
-  note "$1 rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|cases done' "$OUT/san_$1.log" | tr '\n' ' ')"
-  grep -m3 -B2 -A12 "=========.*\(Invalid\|Race\|Barrier\|Error\)" "$OUT/san_$1.log" | head -40
+sanitize() {  # tool, limit_s, args (SAN_TOOL_ARGS: the tool's own options; SAN_TAG: log name suffix)
+  local t0=$(date +%s) log="$OUT/san_$1${SAN_TAG:-}.log"
+  timeout "$2" compute-sanitizer --tool "$1" ${SAN_TOOL_ARGS:-} --error-exitcode 9 python3 benchmarks/sanitize_cases.py ${3:-} >"$log" 2>&1
+  note "$1${SAN_TAG:-} ${3:-} rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|cases done' "$log" | tr '\n' ' ')"
+  grep -m3 -B2 -A12 "=========.*\(Invalid\|Race\|Barrier\|Error\)" "$log" | head -40
 }
 for step in "$@"; do
   case $step in

@@ -66,10 +66,12 @@ def main() -> None:
 
     # Each kernel the op picks (launch_plan.cpp), in both formats: 8-warp
     # splits, the balanced kernel, the cluster, 9-warp splits, 4-warp splits
-    # (full attention, then a window), one warp per (request, kv head).
+    # (full attention, then a window), one warp per (request, kv head), 9-warp
+    # splits past one level of merging.
     cases = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5000], 2, None),
              ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
-             ([(13 * i) % 100 for i in range(200)], 2, 64)]
+             ([(13 * i) % 100 for i in range(200)], 2, 64),
+             ([20000], 1, None)]  # 9-warp splits merged in two levels (70 splits)
     formats = [sys.argv[sys.argv.index("--kv") + 1]] if "--kv" in sys.argv else ["bf16", "fp8"]
     for kv in formats:
         for lens, kvh, window in cases if only is None else cases[only:only + 1]:

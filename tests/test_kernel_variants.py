@@ -177,3 +177,20 @@ def test_split_ctas_follow_the_lengths(kv_dtype, batch, kvh):
         graph.replay()
         torch.cuda.synchronize()
         check_output(live.out, new, None, what=f"{plan.name} replay {step} {sets[(step + 1) % len(sets)][:4]}")
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_split_merge_fan_in(kv_dtype):
+    # One request over one kv head: the 9-warp split plan gives it f = pages / 9
+    # splits (up to the 132 of one wave; 64k tokens: 114), so 144 f tokens
+    # give exactly f. Past a fan-in of 48 the splits merge in two levels
+    # (kernel.cuh: groups of ceil(sqrt(f)), the last group short where f is
+    # no square multiple); the lengths straddle both thresholds and the
+    # uneven groups, and each one runs twice (bitwise: a moving result is a race).
+    fan_ins = [16, 17, 47, 48, 49, 50, 64, 65, 113, 121, 132]
+    for seq_len in [144 * f for f in fan_ins] + [144 * 50 - 5, 65536]:
+        fp8 = dict(kv_dtype=FP8, k_scale=0.03, v_scale=[0.5]) if kv_dtype == FP8 else {}
+        inp = make_paged_inputs(1, [seq_len], 1, None, "cuda", **fp8)
+        plan = plans.legacy_plan(inp.q, inp.kv_cache, None)
+        assert plan.kind == "split" and plan.warps == 9, plan
+        check_twice(plan, inp, None)

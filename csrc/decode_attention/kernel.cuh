@@ -85,16 +85,19 @@ __device__ __forceinline__ CtaShare cta_share(const DecodeParams& p, int f, int 
 template <class Kv, int kWarps, int kStages, int kClusterSplits>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     decode_attention_kernel(const __grid_constant__ DecodeParams p) {
-  using Plan = SmemPlan<kWarps, kStages, kClusterSplits, Kv::kPageBytes>;
   using namespace detail;
-  static_assert(kWarps * sizeof(WarpPartial) <= Plan::kRingBytes, "the ring holds the partials");
-  // Epilogue mapping: thread tid < 32 kMergeWarps owns E consecutive dims
-  // [ed, ed + E) of head eh.
-  constexpr int kMergeWarps = Plan::kMergeWarps;
+  static_assert(kWarps == 4 || kWarps >= 8, "the epilogue maps 1024 outputs onto 128 or 256 threads");
+  static_assert(kClusterSplits == 0 || kWarps <= 8, "every thread of a cluster rank merges");
+  // Warps that run the epilogue (CTA merge onwards): all of them up to 8;
+  // beyond 8 the others only stream pages (more warps per split, so fewer
+  // splits and CTAs give each warp the same pages). Thread tid < 32
+  // kMergeWarps owns E consecutive dims [ed, ed + E) of head eh.
+  constexpr int kMergeWarps = kWarps < 8 ? kWarps : 8;
   constexpr int E = kGqa * kHeadDim / (32 * kMergeWarps);
   constexpr int kThreadsPerHead = kHeadDim / E;
 
   extern __shared__ __align__(128) uint8_t smem[];
+  auto& sm = *reinterpret_cast<SplitSmem<Kv, kWarps, kStages, kClusterSplits>*>(smem);
   const int kvh = blockIdx.y;
   const int max_splits = gridDim.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -180,8 +183,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       start_page + gw,
       warps_total,
       n_pages,
-      smem + warp * Plan::kWarpRingBytes,
-      reinterpret_cast<ptx::Mbarrier*>(smem + Plan::kBarOffset) + warp * kStages};
+      sm.ring[warp][0],
+      sm.bars[warp]};
   const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
   init_ring_barriers<kStages>(pages.bars, lane);
   if constexpr (kClusterSplits > 0) {
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
   __syncthreads();  // every warp is done with its ring
-  WarpPartial* warp_bufs = reinterpret_cast<WarpPartial*>(smem);
+  WarpPartial* warp_bufs = sm.partials;
   store_partial<Kv>(warp_bufs[warp], st, g, t);
   __syncthreads();
   if (!merges) return;
@@ -224,32 +227,42 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   }
   if constexpr (kClusterSplits > 0) {
     // ---- merge the splits of the cluster ------------------------------------
-    cluster_merge<kWarps, kClusterSplits>(p, smem + Plan::kClusterOffset, split, b, kvh, tid, eh,
-                                          ed, o, m_cta, l_cta, cluster_sink_scaled, sc.logits_log2,
-                                          sc.out);
+    cluster_merge<kWarps, kClusterSplits>(p, reinterpret_cast<uint8_t*>(sm.cluster), split, b,
+                                          kvh, tid, eh, ed, o, m_cta, l_cta, cluster_sink_scaled,
+                                          sc.logits_log2, sc.out);
   } else if (num_splits == 1) {
     store_out<E>(out_row + ed, o, sc.out / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
   } else {
     // ---- merge the splits: partials to the workspace -------------------------
     store_global_partial<E>(p, partial_row0 + split, o, m_cta, l_cta, eh, ed);
     // ---- each warp: arrive for its heads, merge them if last -----------------
-    // NOTE: bar.warp.sync orders the lanes' partial stores before lane 0's
-    // release, and lane 0's acquire before the lanes' loads of the other
-    // splits' partials (ld.global.cg, never from L1). Per warp, not per CTA:
-    // no bar.sync on the way, and the merges of a pair's heads run in
-    // parallel (b1 L8k: final merge 1.38 -> 0.96 us, device run 26).
-    __syncwarp();
-    int* counter = p.counters + int64_t(bh) * kMergeWarps + warp;
-    int arrival = 0;
-    if (lane == 0) arrival = ptx::atomic_add_acq_rel_gpu(counter, 1);
-    arrival = __shfl_sync(kFullMask, arrival, 0);
-    __syncwarp();
-    if (arrival == num_splits - 1) {
-      merge_splits<kMergeWarps>(p, partial_row0, num_splits, eh, ed, sink_scaled, sc.logits_log2,
-                                sc.out, out_row);
-      // The counter resets itself for the next launch on this stream.
-      if (lane == 0) ptx::st_relaxed_gpu(counter, 0);
+    // Per warp, not per CTA: no bar.sync on the way, and the merges of a
+    // pair's heads run in parallel. Past MergeShape's fan-in, two levels:
+    // groups of ceil(sqrt(splits)) consecutive splits, each merged by its
+    // last warp to arrive into the row of its first split, then the groups'
+    // rows merged by the last group to arrive, so that no warp reads more
+    // than ~sqrt(splits) partials in a row.
+    const bool two_levels = num_splits > MergeShape<E>::kMaxFanIn;
+    const int group = two_levels ? ceil_sqrt(num_splits) : num_splits;
+    const int leader = split / group * group;
+    int* const pair_counter = p.counters + int64_t(bh) * kMergeWarps + warp;
+    int* const counter =
+        two_levels ? p.counters + (int64_t(p.batch) * p.num_kv_heads + partial_row0 + leader) *
+                                      kMergeWarps + warp
+                   : pair_counter;
+    if (!warp_arrives_last(counter, min(group, num_splits - leader), lane)) return;
+    float m, l;
+    merge_global<E>(p, partial_row0 + leader, min(group, num_splits - leader),
+                    [](int i) { return i; }, eh, ed, sc.logits_log2, o, m, l);
+    if (two_levels) {
+      __syncwarp();  // every lane's loads of the group's rows before this store
+      store_global_partial<E>(p, partial_row0 + leader, o, m, l, eh, ed);
+      const int groups = (num_splits + group - 1) / group;
+      if (!warp_arrives_last(pair_counter, groups, lane)) return;
+      merge_global<E>(p, partial_row0, groups, [&](int i) { return i * group; }, eh, ed,
+                      sc.logits_log2, o, m, l);
     }
+    store_out<E>(out_row + ed, o, sc.out / (l + ptx::ex2(sink_scaled - m * sc.logits_log2)));
   }
 }
 
@@ -257,7 +270,7 @@ template <class Kv, int kWarps, int kStages, int kClusterSplits>
 KernelEntry split_entry() {
   return {reinterpret_cast<const void*>(
               &decode_attention_kernel<Kv, kWarps, kStages, kClusterSplits>),
-          SmemPlan<kWarps, kStages, kClusterSplits, Kv::kPageBytes>::kBytes};
+          static_cast<int>(sizeof(detail::SplitSmem<Kv, kWarps, kStages, kClusterSplits>))};
 }
 
 }  // namespace flint

@@ -24,6 +24,7 @@
 #include "decode_attention/common.cuh"
 #include "decode_attention/kernels/registry.h"
 #include "decode_attention/fragments.cuh"
+#include "decode_attention/merge.cuh"
 #include "decode_attention/numerics.h"
 #include "decode_attention/page_ring.cuh"
 #include "decode_attention/params.h"
@@ -106,22 +107,6 @@ __device__ __forceinline__ int partial_slot(int cta, int first_cta) {
 // bulk copies (8 warps x one 8 KB page reached ~66 GB/s per SM, device run 46).
 constexpr int kSmIntakeInFlight = 64 * 1024;
 
-// A merge reads at most kMaxFanIn partials in one level: up to three rounds
-// of loads (kChunk in flight each) cost less than a second level's arrival
-// and store (an L2 round trip each); past that, groups of ceil(sqrt(F)).
-template <int E>
-struct MergeShape {
-  static constexpr int kChunk = 64 / E;  // partials in flight per thread (64 floats of O)
-  static constexpr int kMaxFanIn = 3 * kChunk;
-};
-
-__device__ __forceinline__ int ceil_sqrt(int f) {
-  int r = static_cast<int>(ceilf(sqrtf(static_cast<float>(f))));
-  while (r * r < f) ++r;
-  while (r > 1 && (r - 1) * (r - 1) >= f) --r;
-  return r;
-}
-
 // A block of kPer x 32 kWarps requests from `base`: thread tid's kPer
 // consecutive ones' attended pages n[], the pages of the block's requests
 // before them (excl) and the block's total. One round of loads and one
@@ -157,49 +142,6 @@ __device__ __forceinline__ RequestBlock<kPer> scan_block(const DecodeParams& p, 
     r.total += sums[parity][w];
   }
   return r;
-}
-
-// Merges `count` fp32 partials of one segment from the workspace (slot i at
-// row row0 + slot_of(i)) into (o, m, l) of head eh, dims [ed, ed + E): kChunk
-// partials in flight per thread, each thread loading the (m, l) of its own
-// head with the O it weighs, one round of loads per chunk (the running max
-// rescales what the earlier chunks summed). Read with ld.global.cg (L2): the
-// partials are other CTAs' stores.
-template <int E, class SlotOf>
-__device__ __forceinline__ void merge_global(const DecodeParams& p, int64_t row0, int count,
-                                             SlotOf slot_of, int eh, int ed, float scale_log2,
-                                             float (&o)[E], float& m, float& l) {
-  constexpr int kChunk = MergeShape<E>::kChunk;
-  m = neg_inf();
-  l = 0.f;
-#pragma unroll
-  for (int e = 0; e < E; ++e) o[e] = 0.f;
-  for (int i0 = 0; i0 < count; i0 += kChunk) {
-    float4 v[kChunk][E / 4];
-    float mv[kChunk], lv[kChunk];
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) {
-      const bool in = i0 + c < count;  // past the last: weighs 0
-      const int64_t row = row0 + (in ? slot_of(i0 + c) : 0);
-      const float* ml = p.part_ml + row * 2 * kGqa + eh;
-      const float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
-      mv[c] = in ? ptx::ld_global_cg_f32(ml) : neg_inf();
-      lv[c] = in ? ptx::ld_global_cg_f32(ml + kGqa) : 0.f;
-#pragma unroll
-      for (int i = 0; i < E / 4; ++i)
-        v[c][i] = in ? ptx::ld_global_cg_f32x4(po + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    float m_new = m;
-#pragma unroll
-    for (int c = 0; c < kChunk; ++c) m_new = fmaxf(m_new, mv[c]);
-    const float shift = softmax_shift(m_new * scale_log2);
-    const float corr = rescale(m, scale_log2, shift);
-    l *= corr;
-#pragma unroll
-    for (int e = 0; e < E; ++e) o[e] *= corr;
-    add_weighted<E>(o, l, lv, v, [&](int c) { return rescale(mv[c], scale_log2, shift); });
-    m = m_new;
-  }
 }
 
 // out = v_scale O / (l + 2^(sink log2(e) - m c)) for head eh of segment r.

@@ -62,19 +62,17 @@ __device__ __forceinline__ WarpPages<Kv, kStages> pair_pages(const DecodeParams&
 template <class Kv, int kWarps, int kStages>
 __global__ void __launch_bounds__(32 * kWarps)
     decode_attention_warp_per_head_kernel(const __grid_constant__ DecodeParams p) {
-  // The ring and barriers; no merge buffers.
-  using Plan = SmemPlan<kWarps, kStages, 0, Kv::kPageBytes>;
   using namespace detail;
 
   extern __shared__ __align__(128) uint8_t smem[];
+  auto& sm = *reinterpret_cast<RingSmem<Kv, kWarps, kStages>*>(smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
   const int num_pairs = p.batch * p.num_kv_heads;
   // NOTE: a warp without a pair leaves at once; nothing below is CTA-wide.
   if (blockIdx.x * kWarps + warp >= num_pairs) return;
-  uint8_t* const ring = smem + warp * Plan::kWarpRingBytes;
-  ptx::Mbarrier* const bars =
-      reinterpret_cast<ptx::Mbarrier*>(smem + Plan::kBarOffset) + warp * kStages;
+  uint8_t* const ring = sm.ring[warp][0];
+  ptx::Mbarrier* const bars = sm.bars[warp];
   init_ring_barriers<kStages>(bars, lane);
 
   // Warp w of CTA c takes pairs c x kWarps + w + i x gridDim.x x kWarps: one
@@ -147,7 +145,7 @@ template <class Kv, int kWarps, int kStages>
 KernelEntry warp_per_head_entry() {
   return {reinterpret_cast<const void*>(
               &decode_attention_warp_per_head_kernel<Kv, kWarps, kStages>),
-          SmemPlan<kWarps, kStages, 0, Kv::kPageBytes>::kBytes};
+          static_cast<int>(sizeof(detail::RingSmem<Kv, kWarps, kStages>))};
 }
 
 }  // namespace flint

@@ -240,10 +240,15 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
       shape->partials = shape->counters = 0;
       break;
     }
-    default:
+    default: {
+      // Split kernels: a partial row per CTA; counters per (pair, merge
+      // warp), then per (row, merge warp) for a two-level merge's groups.
+      const int64_t rows =
+          plan.kind == KernelKind::kSplit && plan.splits > 1 ? num_pairs * plan.splits : 0;
       shape->grid = dim3(plan.splits, p.num_kv_heads, p.batch);
-      shape->partials = plan.kind == KernelKind::kSplit ? num_pairs * plan.splits : 0;
-      shape->counters = num_pairs * 8;
+      shape->partials = rows;
+      shape->counters = (num_pairs + rows) * 8;
+    }
   }
   return cudaSuccess;
 }

@@ -1,6 +1,7 @@
-// Merging the splits of one (request, kv head): in the last warp to arrive for
-// each head, from fp32 partials in global memory, or inside a thread-block
-// cluster through distributed shared memory. Both finish softmax with the sink term:
+// Merging the parts of one (request, kv head) that different CTAs computed:
+// from fp32 partials in the workspace (the split and balanced kernels: the
+// last to arrive merges), or inside a thread-block cluster through
+// distributed shared memory. Both finish softmax with the sink term:
 //   out = v sum_s w_s O_s / (sum_s w_s l_s + 2^(sink log2(e) - M c)),
 //   w_s = 2^(m_s c - M c), M = max_s m_s, c = the logits' scale x log2(e)
 //   (x k_scale x 2^e for fp8, warp_pages.cuh's HeadScales), v = v_scale (1 for bf16).
@@ -14,56 +15,80 @@
 
 namespace flint::detail {
 
-// The last warp of a (request, kv head) to arrive for its heads (kGqa /
-// kWarps of them; the lane owns dims [ed, ed + E) of head eh) merges them from
-// all `num_splits` fp32 partials (workspace rows row0 + s), in registers:
-// each lane loads the (m, l) of its own head with the partial O it weighs, so
-// no shared memory, no __syncthreads and no shuffle stands between the loads
-// and the sums. Chunks of kChunk splits keep 64 floats of O in flight per lane.
-template <int kWarps>
-__device__ __forceinline__ void merge_splits(const DecodeParams& p, int64_t row0, int num_splits,
-                                             int eh, int ed, float sink_scaled, float scale_log2,
-                                             float out_scale, uint16_t* out_row) {
-  constexpr int E = kGqa * kHeadDim / (32 * kWarps);
-  constexpr int kChunk = 64 / E;
-  const float* po = p.part_o + row0 * (kGqa * kHeadDim) + eh * kHeadDim + ed;
-  // Split s: m at pm[2 kGqa s], l at pm[2 kGqa s + kGqa].
-  const float* pm = p.part_ml + row0 * 2 * kGqa + eh;
-  float4 v[kChunk][E / 4];
-  float mv[kChunk], lv[kChunk];
-  auto load_chunk = [&](int s0) {
+// A merge reads at most kMaxFanIn partials in one level: up to three rounds
+// of loads (kChunk in flight each) cost less than a second level's arrival
+// and store (an L2 round trip each); past that, groups of ceil(sqrt(F)).
+template <int E>
+struct MergeShape {
+  static constexpr int kChunk = 64 / E;  // partials in flight per thread (64 floats of O)
+  static constexpr int kMaxFanIn = 3 * kChunk;
+};
+
+__device__ __forceinline__ int ceil_sqrt(int f) {
+  int r = static_cast<int>(ceilf(sqrtf(static_cast<float>(f))));
+  while (r * r < f) ++r;
+  while (r > 1 && (r - 1) * (r - 1) >= f) --r;
+  return r;
+}
+
+// One warp's arrival at a merge's counter, after its lanes stored their
+// partials: true in the last of `arrivals` warps, which then merges, and
+// resets the counter for the next launch on the stream (zero between
+// launches). NOTE: bar.warp.sync orders the lanes' partial stores before
+// lane 0's release, and lane 0's acquire before the lanes' loads of the other
+// partials (ld.global.cg, never from L1).
+__device__ __forceinline__ bool warp_arrives_last(int* counter, int arrivals, int lane) {
+  __syncwarp();
+  int arrival = 0;
+  if (lane == 0) arrival = ptx::atomic_add_acq_rel_gpu(counter, 1);
+  arrival = __shfl_sync(kFullMask, arrival, 0);
+  __syncwarp();
+  const bool last = arrival == arrivals - 1;
+  if (last && lane == 0) ptx::st_relaxed_gpu(counter, 0);
+  return last;
+}
+
+// Merges `count` fp32 partials of one (request, kv head) from the workspace (slot i at
+// row row0 + slot_of(i)) into (o, m, l) of head eh, dims [ed, ed + E): kChunk
+// partials in flight per thread, each thread loading the (m, l) of its own
+// head with the O it weighs, one round of loads per chunk (the running max
+// rescales what the earlier chunks summed). Read with ld.global.cg (L2): the
+// partials are other CTAs' stores.
+template <int E, class SlotOf>
+__device__ __forceinline__ void merge_global(const DecodeParams& p, int64_t row0, int count,
+                                             SlotOf slot_of, int eh, int ed, float scale_log2,
+                                             float (&o)[E], float& m, float& l) {
+  constexpr int kChunk = MergeShape<E>::kChunk;
+  m = neg_inf();
+  l = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) o[e] = 0.f;
+  for (int i0 = 0; i0 < count; i0 += kChunk) {
+    float4 v[kChunk][E / 4];
+    float mv[kChunk], lv[kChunk];
 #pragma unroll
     for (int c = 0; c < kChunk; ++c) {
-      // Splits past the last weigh 0 (m = -inf, l = 0, O = 0).
-      const int s = s0 + c;
-      const bool in = s < num_splits;
-      mv[c] = in ? ptx::ld_global_cg_f32(pm + s * 2 * kGqa) : neg_inf();
-      lv[c] = in ? ptx::ld_global_cg_f32(pm + s * 2 * kGqa + kGqa) : 0.f;
+      const bool in = i0 + c < count;  // past the last: weighs 0
+      const int64_t row = row0 + (in ? slot_of(i0 + c) : 0);
+      const float* ml = p.part_ml + row * 2 * kGqa + eh;
+      const float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+      mv[c] = in ? ptx::ld_global_cg_f32(ml) : neg_inf();
+      lv[c] = in ? ptx::ld_global_cg_f32(ml + kGqa) : 0.f;
 #pragma unroll
       for (int i = 0; i < E / 4; ++i)
-        v[c][i] = in ? ptx::ld_global_cg_f32x4(po + int64_t(s) * (kGqa * kHeadDim) + 4 * i)
-                     : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[c][i] = in ? ptx::ld_global_cg_f32x4(po + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-  };
-  load_chunk(0);
-  // The max over all splits: the first chunk's from registers, any further
-  // split's m loaded on its own (more than kChunk splits only).
-  float m = neg_inf();
+    float m_new = m;
 #pragma unroll
-  for (int c = 0; c < kChunk; ++c) m = fmaxf(m, mv[c]);
-  for (int s = kChunk; s < num_splits; ++s) m = fmaxf(m, ptx::ld_global_cg_f32(pm + s * 2 * kGqa));
-  const float m_scaled = m * scale_log2, shift = softmax_shift(m_scaled);
-
-  float l = 0.f, o[E] = {};
-  for (int s0 = 0;;) {
-    // Padding (and a split whose logits were all -inf): 2^-inf = 0.
-    add_weighted<E>(o, l, lv, v,
-                    [&](int c) { return ptx::ex2(fmaf(mv[c], scale_log2, -shift)); });
-    s0 += kChunk;
-    if (s0 >= num_splits) break;
-    load_chunk(s0);
+    for (int c = 0; c < kChunk; ++c) m_new = fmaxf(m_new, mv[c]);
+    const float shift = softmax_shift(m_new * scale_log2);
+    const float corr = rescale(m, scale_log2, shift);
+    l *= corr;
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] *= corr;
+    add_weighted<E>(o, l, lv, v, [&](int c) { return rescale(mv[c], scale_log2, shift); });
+    m = m_new;
   }
-  store_out<E>(out_row + ed, o, out_scale / (l + ptx::ex2(sink_scaled - m_scaled)));
 }
 
 // In the cluster merge, rank r owns dims [r D, (r + 1) D) of all 8 heads, 8 D

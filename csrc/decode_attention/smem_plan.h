@@ -1,15 +1,17 @@
-// Shared-memory layout of the split kernels (kernel.cuh) and of the
-// warp-per-head kernel's rings.
+// Shared memory of the split kernels (kernel.cuh) and of the warp-per-head
+// kernel (its rings only), as structs: a launch asks for their sizeof.
 #pragma once
 
+#include <cstdint>
+
+#include "decode_attention/fragments.cuh"
 #include "decode_attention/params.h"
+#include "ptx/mbarrier.cuh"
 
 namespace flint {
 
-// Cluster merge buffer of one rank, filled by the peers' DSMEM stores while
-// this CTA may still stream, so it never aliases the ring: this rank's
-// 128 / kSplits dims of every split's O as [split][head][dim], then
-// m[split][head] and l[split][head].
+// Cluster merge buffer of one rank: this rank's 128 / kSplits dims of every
+// split's O as [split][head][dim], then m[split][head] and l[split][head].
 template <int kSplits>
 struct ClusterBufPlan {
   static_assert(kSplits == 0 || kSplits == 4 || kSplits == 8 || kSplits == 16,
@@ -20,29 +22,31 @@ struct ClusterBufPlan {
   static constexpr int kFloats = kL + kSplits * kGqa;
 };
 
-// kSlotBytes: one page of the cache's format (8 KB bf16, 4 KB fp8).
-template <int kWarps, int kStages, int kClusterSplits, int kSlotBytes>
-struct SmemPlan {
-  static_assert(kWarps == 4 || kWarps >= 8, "the epilogue maps 1024 outputs onto 128 or 256 threads");
-  static_assert(kClusterSplits == 0 || kWarps <= 8, "every thread of a cluster rank merges");
+namespace detail {
 
-  // Warps that run the epilogue (CTA merge onwards): all of them up to 8;
-  // beyond 8 the others only stream pages (more warps per split, so fewer
-  // splits and CTAs give each warp the same pages).
-  static constexpr int kMergeWarps = kWarps < 8 ? kWarps : 8;
+// Each warp's ring of kStages page slots (one page of Kv each, one mbarrier
+// per slot). Once every warp has streamed its pages the slots hold the warps'
+// partials for the CTA merge.
+template <class Kv, int kWarps, int kStages>
+struct RingSmem {
   static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
-
-  // Page ring: kStages slots per warp, one mbarrier per slot. After
-  // streaming, the ring holds the warps' partials for the CTA merge
-  // (kernel.cuh).
-  static constexpr int kWarpRingBytes = kStages * kSlotBytes;
-  static constexpr int kRingBytes = kWarps * kWarpRingBytes;
-  static constexpr int kBarOffset = kRingBytes;
-  static constexpr int kClusterOffset = kBarOffset + kWarps * kStages * 8;
-  static constexpr int kBytes = kClusterOffset + ClusterBufPlan<kClusterSplits>::kFloats * 4;
-
-  static_assert(kWarpRingBytes % 128 == 0 && kClusterOffset % 16 == 0, "alignment");
-  static_assert(kBytes <= 227 * 1024, "fits one CTA's shared memory");
+  static_assert(sizeof(WarpPartial) <= kStages * Kv::kPageBytes, "a warp's slots hold its partial");
+  union {
+    alignas(16) uint8_t ring[kWarps][kStages][Kv::kPageBytes];  // bulk copies: 16-byte aligned
+    WarpPartial partials[kWarps];
+  };
+  ptx::Mbarrier bars[kWarps][kStages];
 };
 
+// The split kernels: the rings and, with a cluster, this rank's merge buffer
+// (ClusterBufPlan), which the peers' DSMEM stores fill while this CTA may
+// still stream, so it never aliases the rings.
+template <class Kv, int kWarps, int kStages, int kClusterSplits>
+struct SplitSmem : RingSmem<Kv, kWarps, kStages> {
+  float cluster[ClusterBufPlan<kClusterSplits>::kFloats];
+};
+template <class Kv, int kWarps, int kStages>
+struct SplitSmem<Kv, kWarps, kStages, 0> : RingSmem<Kv, kWarps, kStages> {};
+
+}  // namespace detail
 }  // namespace flint

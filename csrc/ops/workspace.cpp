@@ -14,7 +14,8 @@ namespace {
 
 // Partials per SM: a balanced launch uses 4 per CTA of its one-wave grid (one
 // CTA per SM), a split launch at most 2 (pairs x splits <= 2 x SMs); the
-// rest is headroom. Counters: 8 per partial (split launches: 8 per pair).
+// rest is headroom. Counters: 8 per partial (split launches: 8 per pair and
+// 8 per partial, at most 24 per SM).
 constexpr int64_t kMaxPartialsPerSm = 8;
 
 // The stream of the last launch that used the workspace, and an event to
