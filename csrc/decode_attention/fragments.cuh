@@ -87,15 +87,22 @@ struct KvBf16 {
     return ptx::pack_bf16x2(lo, hi);
   }
 
-  // q as it is; the logits need no rescaling (exponent 0).
-  __device__ __forceinline__ static int load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
+  // Lane (g, t)'s q words of head g (`q_row`), as they are in memory:
+  // dims 32i + 8t .. + 7 at w[4i .. 4i + 3].
+  __device__ __forceinline__ static void load_q_words(const uint16_t* q_row, int t,
+                                                      uint32_t (&w)[16]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      uint32_t w[4];
-      ptx::ld_global_u32x4(q_row + 32 * i + 8 * t, w);
+      uint32_t x[4];
+      ptx::ld_global_u32x4(q_row + 32 * i + 8 * t, x);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) q[4 * i + j] = w[j];
+      for (int j = 0; j < 4; ++j) w[4 * i + j] = x[j];
     }
+  }
+  // q as it is; the logits need no rescaling (exponent 0).
+  __device__ __forceinline__ static int prepare_q(const uint32_t (&w)[16], uint32_t (&q)[16]) {
+#pragma unroll
+    for (int k = 0; k < 16; ++k) q[k] = w[k];
     return 0;
   }
 
@@ -175,10 +182,9 @@ struct KvFp8 {
     return ptx::pack_f16x2(lo, hi);
   }
 
-  // q of head g, dims 32t .. 32t + 31, as fp16 x 2^-e; returns e (the same in
-  // every lane: the max runs over the warp, i.e. all 8 heads).
-  __device__ __forceinline__ static int load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
-    uint32_t w[16];
+  // Lane (g, t)'s q words of head g: dims 32t .. 32t + 31 (bf16 pairs).
+  __device__ __forceinline__ static void load_q_words(const uint16_t* q_row, int t,
+                                                      uint32_t (&w)[16]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t x[4];
@@ -186,6 +192,10 @@ struct KvFp8 {
 #pragma unroll
       for (int j = 0; j < 4; ++j) w[4 * i + j] = x[j];
     }
+  }
+  // Those words as fp16 x 2^-e; returns e (the same in every lane: the max
+  // runs over the warp, i.e. all 8 heads).
+  __device__ __forceinline__ static int prepare_q(const uint32_t (&w)[16], uint32_t (&q)[16]) {
     float mx = 0.f;  // fmaxf skips a NaN: it stays NaN in q
 #pragma unroll
     for (int k = 0; k < 16; ++k)
@@ -233,6 +243,15 @@ struct KvFp8 {
     mask_v_rows(v, page, start_tok, seq_len, t);
   }
 };
+
+// Lane (g, t)'s q fragment of head g (`q_row`) in the format's MMA type;
+// returns the exponent e the logits come out 2^-e too small by.
+template <class Kv>
+__device__ __forceinline__ int load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
+  uint32_t w[16];
+  Kv::load_q_words(q_row, t, w);
+  return Kv::prepare_q(w, q);
+}
 
 // One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
 // `scale_log2` is the softmax scale x log2(e) (x k_scale x 2^e for an fp8 cache).

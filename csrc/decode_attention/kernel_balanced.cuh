@@ -294,6 +294,24 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
       p.refill != Refill::kKernelRule
           ? p.refill == Refill::kAfterWait
           : per_warp > kStages && kInFlightAfterWait >= kSmIntakeInFlight;
+  // Per segment: k_scale, v_scale, the sinks of this lane's heads 2t, 2t + 1
+  // and its q words, loaded one piece ahead (the next piece's while this one
+  // streams), so that a short piece does not wait an L2 round trip for them.
+  // NOTE: loaded only past griddepcontrol.wait (q is the previous kernel's
+  // output); ld_global is ordered with the ring's copies and waits.
+  struct SegmentInputs {
+    float k_scale, v_scale, sink0, sink1;
+    uint32_t q[16];
+  };
+  auto load_inputs = [&](const Piece& c, SegmentInputs& in) {
+    in.k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * c.h) : 1.f;
+    in.v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * c.h) : 1.f;
+    in.sink0 = ptx::ld_global_f32(p.sinks + c.h * kGqa + 2 * t);
+    in.sink1 = ptx::ld_global_f32(p.sinks + c.h * kGqa + 2 * t + 1);
+    Kv::load_q_words(p.q + c.b * p.q_stride_b + (c.h * kGqa + g) * p.q_stride_h, t, in.q);
+  };
+  SegmentInputs ahead;
+  if (cur.count > 0) load_inputs(cur, ahead);
   while (cur.count > 0) {
     const Piece nxt = next_piece(cur);
     // The slots this piece frees last take the next piece's leading pages
@@ -303,17 +321,13 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
     const int nxt_bt = chain ? nspan.block_at(lane) : 0;
     if (!chain) nspan.count = 0;
 
-    // Per segment: the softmax scale (with k_scale), v_scale and the sinks of
-    // this lane's heads 2t, 2t + 1.
-    // NOTE: loaded here, ahead of the stream (ld_global is ordered with the
-    // ring's copies and waits), so that no L2 round trip waits at its end.
-    const float k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * cur.h) : 1.f;
-    const float v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * cur.h) : 1.f;
-    const float sink0 = ptx::ld_global_f32(p.sinks + cur.h * kGqa + 2 * t) * kLog2eF;
-    const float sink1 = ptx::ld_global_f32(p.sinks + cur.h * kGqa + 2 * t + 1) * kLog2eF;
+    const SegmentInputs in = ahead;
+    if (nxt.count > 0) load_inputs(nxt, ahead);
+    const float v_scale = in.v_scale;
+    const float sink0 = in.sink0 * kLog2eF, sink1 = in.sink1 * kLog2eF;
     uint32_t q[16];
-    const int q_exp = Kv::load_q(p.q + cur.b * p.q_stride_b + (cur.h * kGqa + g) * p.q_stride_h, t, q);
-    const float scale_log2 = p.scale_log2 * k_scale * exp2i(q_exp);
+    const int q_exp = Kv::prepare_q(in.q, q);
+    const float scale_log2 = p.scale_log2 * in.k_scale * exp2i(q_exp);
 
     WarpState st;
     stream_piece(ring, span, bt_cur, bt_next, nspan, nxt_bt, q, cur.e.start_tok, cur.e.seq_len,

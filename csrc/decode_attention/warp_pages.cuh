@@ -219,7 +219,7 @@ __device__ __forceinline__ HeadScales wait_then_stream_pages(
   if (!leading_issued) issue_leading_pages(pages, bt_cur, current_page, true, lane);
   const HeadScales unscaled = head_scales<Kv>(p, kvh);
   uint32_t q[16];
-  const int q_exp = Kv::load_q(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
+  const int q_exp = load_q<Kv>(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
   const HeadScales sc = with_q_exponent<Kv>(unscaled, q_exp);
   stream_pages<Kv, kStages, kChain>(pages, bt_cur, bt_next, q, start_tok, seq_len,
                                     sc.logits_log2, g, t, lane, st, next, refill_after_wait);
