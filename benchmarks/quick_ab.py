@@ -47,6 +47,7 @@ ROWS = {
     "swa128_b64": ([8192] * 64, 8, 128, None),
     "swa128_pad64": (lognormal_lens(50, 200, 32768, 4) + [0] * 14, 8, 128, 8192),
     "swa128_b256": ([8192] * 256, 8, 128, None),
+    "s512": (lognormal_lens(500, 16, 4084, 5) + [0] * 12, 8, None, 8192),
 }
 
 
@@ -140,6 +141,9 @@ def main():
             if args.variants:
                 base = plans.balanced_plan(s.kv_cache)
                 cands += [(f"refill {r}", dataclasses.replace(base, refill=r)) for r in (0, 1)]
+                # The other compiled balanced variants of this format (ring depths).
+                cands += [("variant", v) for v in plans.variants()
+                          if v.kind == "balanced" and v.kv == base.kv and v != base]
                 # Fewer CTAs than SMs: SMs left to the next call's CTAs.
                 cands += [(f"grid {g}", dataclasses.replace(base, ctas=g)) for g in args.grids]
             for label, plan in cands:
