@@ -194,3 +194,13 @@ def test_split_merge_fan_in(kv_dtype):
         plan = plans.legacy_plan(inp.q, inp.kv_cache, None)
         assert plan.kind == "split" and plan.warps == 9, plan
         check_twice(plan, inp, None)
+
+
+def test_split_plan_of_one_split_uses_no_workspace():
+    # 600 requests x 8 kv heads: the split plan gives each pair one CTA, which
+    # writes its output itself, so the launch needs no partials or counters
+    # (it once asked for 8 counters a pair, more than the workspace holds).
+    inp = make_paged_inputs(600, torch.randint(0, 70, (600,)).tolist(), 8, None, "cuda")
+    plan = plans.legacy_plan(inp.q, inp.kv_cache, None)
+    assert plan.kind == "split" and plan.splits == 1, plan
+    check_twice(plan, inp, None)

@@ -21,8 +21,6 @@ struct Variant {
 constexpr Variant kVariants[] = {
     {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
     {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 4, 0, balanced_fp8_w8_s4},
-    {KernelKind::kBalanced, KvDtype::kBf16, 8, 3, 0, balanced_bf16_w8_s3},
-    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 6, 0, balanced_fp8_w8_s6},
     {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_bf16_w4_s2},
     {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_bf16_w4_s3},
     {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_bf16_w8_s2},
@@ -243,13 +241,14 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
       break;
     }
     default: {
-      // Split kernels: a partial row per CTA; counters per (pair, merge
-      // warp), then per (row, merge warp) for a two-level merge's groups.
+      // Split kernels past one split: a partial row per CTA; counters per
+      // (pair, merge warp), then per (row, merge warp) for a two-level
+      // merge's groups. One split, or a cluster, merges through neither.
       const int64_t rows =
           plan.kind == KernelKind::kSplit && plan.splits > 1 ? num_pairs * plan.splits : 0;
       shape->grid = dim3(plan.splits, p.num_kv_heads, p.batch);
       shape->partials = rows;
-      shape->counters = (num_pairs + rows) * 8;
+      shape->counters = rows > 0 ? (num_pairs + rows) * 8 : 0;
     }
   }
   return cudaSuccess;
