@@ -79,6 +79,25 @@ def test_one_long_request_among_255_short(kv_dtype):
     check_bitwise_repeat(inp, None)
 
 
+@pytest.mark.parametrize("window", [None, 20])
+@pytest.mark.parametrize("kvh", [1, 8])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
+def test_runs_of_segments_shorter_than_the_ring(kv_dtype, kvh, window):
+    # Runs of requests of 1-3 pages (fewer than a ring's slots: each of their
+    # segments is a piece whose successor's pages must already be in flight)
+    # between longer ones and padding rows, so that warps stream many such
+    # pieces in a row, across share boundaries too.
+    g = torch.Generator().manual_seed(7)
+    lens = []
+    for _ in range(40):
+        n = int(torch.randint(1, 9, (1,), generator=g))
+        lens += torch.randint(1, 49, (n,), generator=g).tolist()
+        lens += [int(torch.randint(49, 3000, (1,), generator=g)), 0, 16, 32, 48]
+    inp = make(lens, kvh, window, kv_dtype)
+    check_output(run_op(inp, window), inp, window)
+    check_bitwise_repeat(inp, window)
+
+
 @pytest.mark.parametrize("window", [None, 128])
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
 def test_all_requests_empty(kv_dtype, window):
