@@ -97,7 +97,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   constexpr int kThreadsPerHead = kHeadDim / E;
 
   extern __shared__ __align__(128) uint8_t smem[];
-  auto& sm = *reinterpret_cast<SplitSmem<Kv, kWarps, kStages, kClusterSplits>*>(smem);
+  using Smem = SplitSmem<Kv, kWarps, kStages, kClusterSplits>;
+  static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
+  auto& sm = *reinterpret_cast<Smem*>(smem);
   const int kvh = blockIdx.y;
   const int max_splits = gridDim.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -250,10 +252,11 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         two_levels ? p.counters + (int64_t(p.batch) * p.num_kv_heads + partial_row0 + leader) *
                                       kMergeWarps + warp
                    : pair_counter;
-    if (!warp_arrives_last(counter, min(group, num_splits - leader), lane)) return;
+    const int members = min(group, num_splits - leader);
+    if (!warp_arrives_last(counter, members, lane)) return;
     float m, l;
-    merge_global<E>(p, partial_row0 + leader, min(group, num_splits - leader),
-                    [](int i) { return i; }, eh, ed, sc.logits_log2, o, m, l);
+    merge_global<E>(p, partial_row0 + leader, members, [](int i) { return i; }, eh, ed,
+                    sc.logits_log2, o, m, l);
     if (two_levels) {
       __syncwarp();  // every lane's loads of the group's rows before this store
       store_global_partial<E>(p, partial_row0 + leader, o, m, l, eh, ed);

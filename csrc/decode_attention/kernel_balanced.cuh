@@ -159,6 +159,7 @@ template <class Kv, int kWarps, int kStages, class Probe>
 __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const Probe& probe) {
   using namespace detail;
   using Smem = BalancedSmem<Kv, kWarps, kStages>;
+  static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
   constexpr int kThreads = 32 * kWarps;
   // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
   constexpr int E = kGqa * kHeadDim / kThreads;

@@ -65,7 +65,9 @@ __global__ void __launch_bounds__(32 * kWarps)
   using namespace detail;
 
   extern __shared__ __align__(128) uint8_t smem[];
-  auto& sm = *reinterpret_cast<RingSmem<Kv, kWarps, kStages>*>(smem);
+  using Smem = RingSmem<Kv, kWarps, kStages>;
+  static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
+  auto& sm = *reinterpret_cast<Smem*>(smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
   const int num_pairs = p.batch * p.num_kv_heads;

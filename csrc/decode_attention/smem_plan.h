@@ -48,5 +48,8 @@ struct SplitSmem : RingSmem<Kv, kWarps, kStages> {
 template <class Kv, int kWarps, int kStages>
 struct SplitSmem<Kv, kWarps, kStages, 0> : RingSmem<Kv, kWarps, kStages> {};
 
+// What one CTA may ask for (sm_90: 227 KB of dynamic shared memory).
+constexpr int kMaxSmemPerCta = 227 * 1024;
+
 }  // namespace detail
 }  // namespace flint
