@@ -252,20 +252,28 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
         two_levels ? p.counters + (int64_t(p.batch) * p.num_kv_heads + partial_row0 + leader) *
                                       kMergeWarps + warp
                    : pair_counter;
-    const int members = min(group, num_splits - leader);
-    if (!warp_arrives_last(counter, members, lane)) return;
-    float m, l;
-    merge_global<E>(p, partial_row0 + leader, members, [](int i) { return i; }, eh, ed,
-                    sc.logits_log2, o, m, l);
-    if (two_levels) {
+    // One copy of the merge for both levels (the merging warp fetches its
+    // code cold at the end of the call): level 1 takes the group's rows at
+    // stride 1, level 2 the groups' first rows at stride `group`.
+    int64_t row0 = partial_row0 + leader;
+    int count = min(group, num_splits - leader), stride = 1;
+    bool last_level = !two_levels;
+    for (int* c = counter;; c = pair_counter) {
+      if (!warp_arrives_last(c, count, lane)) return;
+      float m, l;
+      merge_global<E>(p, row0, count, [&](int i) { return i * stride; }, eh, ed, sc.logits_log2,
+                      o, m, l);
+      if (last_level) {
+        store_out<E>(out_row + ed, o, sc.out / (l + ptx::ex2(sink_scaled - m * sc.logits_log2)));
+        return;
+      }
       __syncwarp();  // every lane's loads of the group's rows before this store
-      store_global_partial<E>(p, partial_row0 + leader, o, m, l, eh, ed);
-      const int groups = (num_splits + group - 1) / group;
-      if (!warp_arrives_last(pair_counter, groups, lane)) return;
-      merge_global<E>(p, partial_row0, groups, [&](int i) { return i * group; }, eh, ed,
-                      sc.logits_log2, o, m, l);
+      store_global_partial<E>(p, row0, o, m, l, eh, ed);
+      row0 = partial_row0;
+      count = (num_splits + group - 1) / group;
+      stride = group;
+      last_level = true;
     }
-    store_out<E>(out_row + ed, o, sc.out / (l + ptx::ex2(sink_scaled - m * sc.logits_log2)));
   }
 }
 
