@@ -284,6 +284,45 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
   ptx::launch_dependents();
   issue_leading(ring, span, bt_cur, current_page, true, lane);
 
+  // ---- the producer: the ring's next position and the page it takes ---------
+  // The share's pages are one sequence of ring positions whatever pieces they
+  // fall in: position n is issued once position n - 1 is consumed (n - 1 and
+  // n + kStages - 1 share a slot), kStages - 1 ahead of the consumer, so a
+  // run of short pieces keeps the ring as full as one long piece. Its block
+  // ids come 32 pages at a time per piece; moving onto a piece loads them,
+  // used at the next issue (a consumed page later).
+  Piece prod = cur;
+  PieceSpan prod_span = span;
+  int prod_k = min(cur.count, kStages - 1);  // issue_leading took pages 0 .. prod_k - 1
+  int prod_bt_cur = bt_cur, prod_bt_next = bt_next;
+  auto prod_enter_next = [&] {
+    prod = next_piece(prod);
+    prod_span = span_of(prod, prod_span.ring_base + prod_span.count);
+    prod_k = 0;
+    prod_bt_cur = prod_span.block_at(lane);
+    prod_bt_next = prod_span.block_at(lane + 32);
+  };
+  // NOTE: the caller's __syncwarp orders every lane's reads of the slot first.
+  auto issue_next = [&] {
+    if (prod.count == 0) return;  // the share is all issued
+    issue_page(ring, prod_span, prod_k, __shfl_sync(kFullMask, prod_bt_cur, prod_k & 31), lane);
+    if (++prod_k == prod.count) {
+      prod_enter_next();
+    } else if ((prod_k & 31) == 0) {
+      prod_bt_cur = prod_bt_next;
+      prod_bt_next = prod_span.block_at(prod_k + 32 + lane);
+    }
+  };
+  if (prod.count > 0 && prod_k == prod.count) prod_enter_next();
+  // A first piece shorter than kStages - 1 pages: the next pieces' fill the rest.
+#pragma unroll
+  for (int i = 1; i < kStages - 1; ++i) {
+    if (i >= cur.count) {
+      __syncwarp();
+      issue_next();
+    }
+  }
+
   // ---- stream the pieces ---------------------------------------------------
   // Refilled after the wait, a ring keeps one page fewer in flight (a shorter
   // HBM queue, lower latency for every page): where the CTA's warps still
@@ -315,12 +354,6 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
   if (cur.count > 0) load_inputs(cur, ahead);
   while (cur.count > 0) {
     const Piece nxt = next_piece(cur);
-    // The slots this piece frees last take the next piece's leading pages
-    // (when it has at least kStages - 1 pages: else those go out after it).
-    const bool chain = nxt.count > 0 && cur.count >= kStages - 1;
-    PieceSpan nspan = span_of(nxt, span.ring_base + cur.count);
-    const int nxt_bt = chain ? nspan.block_at(lane) : 0;
-    if (!chain) nspan.count = 0;
 
     const SegmentInputs in = ahead;
     if (nxt.count > 0) load_inputs(nxt, ahead);
@@ -331,8 +364,8 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
     const float scale_log2 = p.scale_log2 * in.k_scale * exp2i(q_exp);
 
     WarpState st;
-    stream_piece(ring, span, bt_cur, bt_next, nspan, nxt_bt, q, cur.e.start_tok, cur.e.seq_len,
-                 scale_log2, g, t, lane, refill_after_wait, st);
+    stream_piece(ring, span, issue_next, q, cur.e.start_tok, cur.e.seq_len, scale_log2, g, t, lane,
+                 refill_after_wait, st);
 
     if (cur.off == 0 && cur.count == cur.e.num_pages) {
       // ---- a whole segment: normalize with the sink term and store --------
@@ -363,20 +396,8 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
       }
     }
 
-    span = nspan;
-    span.count = nxt.count;
+    span = span_of(nxt, span.ring_base + cur.count);
     cur = nxt;
-    if (cur.count > 0) {
-      bt_cur = chain ? nxt_bt : span.block_at(lane);
-      bt_next = span.block_at(lane + 32);
-      if (!chain) {
-        // Past the wait: the current token's page may go out too. NOTE: the
-        // slots it refills held the last pages just consumed; __syncwarp
-        // orders every lane's reads of them first.
-        __syncwarp();
-        issue_leading(ring, span, bt_cur, -1, false, lane);
-      }
-    }
   }
 
   probe.at(kStreamed);

@@ -86,43 +86,31 @@ __device__ __forceinline__ void issue_leading(const Ring<Kv, kStages>& ring, con
   }
 }
 
-// Streams the piece `s` (its leading pages already issued) through the online
-// softmax into `st`, and returns with st.l summed over the warp's lanes. The
-// slots it frees last take the leading pages of `next` (count 0: none; needs
-// s.count >= kStages - 1, and lane i's next_bt the block of next's page i).
+// Streams the piece `s` (its ring positions issued kStages - 1 ahead of the
+// one waited for) through the online softmax into `st`, and returns with st.l
+// summed over the warp's lanes. Each page it consumes frees a slot for
+// issue_next(), the warp's next ring position whatever piece it belongs to.
 // With refill_after_wait a slot is refilled only once the page the warp waits
 // for has landed: one page fewer in flight, a shorter queue at HBM where the
 // grid streams enough warps.
-template <class Kv, int kStages>
+template <class Kv, int kStages, class IssueNext>
 __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, const PieceSpan& s,
-                                             int bt_cur, int bt_next, const PieceSpan& next,
-                                             int next_bt, const uint32_t (&q)[16], int start_tok,
-                                             int seq_len, float scale_log2, int g, int t, int lane,
-                                             bool refill_after_wait, WarpState& st) {
+                                             IssueNext& issue_next, const uint32_t (&q)[16],
+                                             int start_tok, int seq_len, float scale_log2, int g,
+                                             int t, int lane, bool refill_after_wait,
+                                             WarpState& st) {
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
 
   for (int k = 0; k < s.count; ++k) {
+    // Position n + kStages - 1 into the slot of n - 1, consumed in the
+    // previous iteration. NOTE: every lane's shared-memory reads of that slot
+    // must be done before lane 0 hands it to the copy engine.
     auto refill = [&] {
-      // Page k + kStages - 1 into the slot consumed in the previous iteration.
-      const int kn = k + kStages - 1;
-      if ((kn & 31) == 0) {
-        bt_cur = bt_next;
-        bt_next = s.block_at(kn + 32 + lane);
-      }
-      // NOTE: every lane's shared-memory reads of that slot (previous
-      // iteration) must be done before lane 0 hands it to the copy engine.
       __syncwarp();
-      const int block = __shfl_sync(kFullMask, bt_cur, kn & 31);
-      if (kn < s.count) {
-        issue_page(ring, s, kn, block, lane);
-      } else {
-        const int j = kn - s.count;  // ring position s.ring_base + kn is next's page j
-        const int next_block = __shfl_sync(kFullMask, next_bt, j & 31);
-        if (j < kStages - 1 && j < next.count) issue_page(ring, next, j, next_block, lane);
-      }
+      issue_next();
     };
     const int n = s.ring_base + k;
     if (!refill_after_wait) refill();
