@@ -10,7 +10,8 @@ run that is silently wrong still fails.
 
 --quick: the balanced machinery and the op's default plans (racecheck is
 slow); --defaults: the op's default plans only, one kernel of each kind per
-format; --case I: of those, the I-th only; --kv bf16|fp8: one format only.
+format; --case I: of those, the I-th only; --kv bf16|fp8: one format only;
+--balanced: the balanced machinery only.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def run(plan, seq_lens, kvh, window):
 def main() -> None:
     only = int(sys.argv[sys.argv.index("--case") + 1]) if "--case" in sys.argv else None
     defaults = only is not None or "--defaults" in sys.argv
-    quick = defaults or "--quick" in sys.argv
+    balanced_only = "--balanced" in sys.argv
+    quick = defaults or balanced_only or "--quick" in sys.argv
     for plan in [] if quick else plans.variants():
         run(plan, [0, 17, 300, 33, 4097], 2, None)
         run(plan, [700, 129, 0, 5], 2, 64)
@@ -62,6 +64,9 @@ def main() -> None:
         run(plan, [0] * 20, 2, None)  # nothing to attend
         run(plan, [16 * cta_pages * (ctas // 3)] * 3, 1, None)  # segments ending on CTA boundaries
         run(dataclasses.replace(plan, pdl=False), [3000, 1, 0, 260], 2, 128)
+    if balanced_only:
+        print("sanitize cases done")
+        return
     from flint_attention import flint_decode_attention  # the op's own choice of plan
 
     # Each kernel the op picks (launch_plan.cpp), in both formats: 8-warp
