@@ -14,7 +14,7 @@
 #   phases     benchmarks/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
 #   bench      benchmarks/bench_decode.py (BENCH_ARGS; peers from .whl and .peers,
 #              carried: benchmarks/WHEELS.md, PEERS.md)
-#   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan; ...")
+#   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan [fp8]; ...")
 #   demo       python -m flint_attention
 # Record what each call showed in benchmarks/logs/ (the session's file).
 set -u -o pipefail
@@ -84,8 +84,8 @@ for step in "$@"; do
         set -- $spec
         timeout 90 ncu --clock-control none -k regex:decode_attention -s 20 -c 1 --section SpeedOfLight \
           --section WarpStateStats --section LaunchStats --section Occupancy \
-          python3 benchmarks/ncu_row.py "$1" "$2" >"$OUT/ncu_$1_$2.txt" 2>&1
-        note "ncu $1 $2: $(grep -E 'Duration' "$OUT/ncu_$1_$2.txt" | tr -s ' ' | tr '\n' ' ')"
+          python3 benchmarks/ncu_row.py "$1" "$2" ${3:-} >"$OUT/ncu_$1_$2${3:-}.txt" 2>&1
+        note "ncu $1 $2 ${3:-}: $(grep -E 'Duration' "$OUT/ncu_$1_$2${3:-}.txt" | tr -s ' ' | tr '\n' ' ')"
       done ;;
     demo) python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15; note "demo rc=$?" ;;
   esac

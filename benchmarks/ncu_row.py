@@ -3,23 +3,26 @@ inputs (the 21st is the one to profile: ncu -s 20 -c 1), so that caches and
 the workspace are warm and the profiled launch is a steady-state one.
 
     ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \\
-        python benchmarks/ncu_row.py ROW PLAN     (PLAN: default | legacy (split kernels) | balanced)
+        python benchmarks/ncu_row.py ROW PLAN [KV]
+    (PLAN: default | legacy (split kernels) | balanced; KV: bf16 (default) | fp8)
 """
 
 import sys
 
 import torch
 
-from flint_attention.testing import make_paged_inputs, plans
+from flint_attention.testing import FP8, make_paged_inputs, plans
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from quick_ab import ROWS  # noqa: E402
 
 row, which = sys.argv[1], sys.argv[2]
+fp8 = len(sys.argv) > 3 and sys.argv[3] == "fp8"
+kw = dict(kv_dtype=FP8, k_scale=0.01, v_scale=0.01) if fp8 else {}
 lens, kvh, window, width = ROWS[row]
 max_pages = max(-(-n // 16) for n in lens)
 sets = [make_paged_inputs(len(lens), lens, kvh, window, "cuda", poison=False,
-                          max_blocks=max(width or 0, max_pages + 2)) for _ in range(3)]
+                          max_blocks=max(width or 0, max_pages + 2), **kw) for _ in range(3)]
 s = sets[0]
 if which == "default":
     plan = plans.default_plan(s.q, s.kv_cache, window)
@@ -31,5 +34,5 @@ print(row, plan.name, flush=True)
 for i in range(24):
     x = sets[i % 3]
     plans.run_with_plan(plan, x.q, x.kv_cache, x.block_tables, x.seq_lens, x.sinks, window,
-                        128**-0.5, x.out)
+                        128**-0.5, x.out, x.k_scale, x.v_scale)
 torch.cuda.synchronize()
