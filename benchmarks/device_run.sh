@@ -8,7 +8,8 @@
 #              $OUT/$TESTS_NAME.log (default tests); on the GPU machine $OUT is set
 #              (device_out/ is only the fallback)
 #   memcheck / racecheck / synccheck   compute-sanitizer on benchmarks/sanitize_cases.py
-#              (racecheck, synccheck: SAN_ARGS, default --quick; SAN_TOOL_ARGS, SAN_TAG)
+#              (racecheck: SAN_ARGS, default --quick; synccheck: every case in its own process
+#              unless SAN_ARGS; SAN_TOOL_ARGS, SAN_TAG)
 #   sass       every kernel of the shipped .so: PDL, bulk copies, MMA, no local memory
 #   ab         benchmarks/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
 #   phases     benchmarks/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
@@ -57,9 +58,20 @@ for step in "$@"; do
     tests) pytest_gpu "${TESTS_NAME:-tests}" "${TESTS_S:-300}" ${TEST_FILES:-tests} ;;
     memcheck) sanitize memcheck "${SAN_S:-150}" ;;
     racecheck) sanitize racecheck "${SAN_S:-200}" "${SAN_ARGS:---quick}" ;;
-    # synccheck: with the tool's default barrier tracking it warned of an overflow on the
-    # split kernels, then failed (runs 92-93); with this option it passes (run 96).
-    synccheck) SAN_TOOL_ARGS=${SAN_TOOL_ARGS:---num-cuda-barriers 64} sanitize synccheck "${SAN_S:-120}" "${SAN_ARGS:---quick}" ;;
+    # synccheck: one process per case (and one for the balanced machinery). In one
+    # process the tool's cuda::barrier tracking overflows after enough launches and the
+    # next kernel fails (runs 92-93, 100-101: 64 tracked; 1024 runs it out of memory),
+    # while every case alone passes (run 101). SAN_ARGS: one process with those args.
+    synccheck)
+      export SAN_TOOL_ARGS=${SAN_TOOL_ARGS:---num-cuda-barriers 64}
+      if [ -n "${SAN_ARGS:-}" ]; then sanitize synccheck "${SAN_S:-120}" "$SAN_ARGS"
+      else
+        n=$(python3 benchmarks/sanitize_cases.py --num-cases)
+        for kv in bf16 fp8; do for c in $(seq 0 $((n - 1))); do
+          SAN_TAG=_${kv}_$c sanitize synccheck "${SAN_S:-40}" "--case $c --kv $kv"
+        done; done
+        SAN_TAG=_balanced sanitize synccheck "${SAN_S:-90}" --balanced
+      fi ;;
     ab) timeout "${AB_S:-200}" python3 benchmarks/quick_ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -70 ;;
     phases) timeout "${PHASES_S:-150}" python3 benchmarks/phases_row.py ${PHASES_ARGS:-} 2>&1 | tee "$OUT/phases.log" | tail -120 ;;
     sass)

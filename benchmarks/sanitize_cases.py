@@ -11,7 +11,8 @@ run that is silently wrong still fails.
 --quick: the balanced machinery and the op's default plans (racecheck is
 slow); --defaults: the op's default plans only, one kernel of each kind per
 format; --case I: of those, the I-th only; --kv bf16|fp8: one format only;
---balanced: the balanced machinery only.
+--balanced: the balanced machinery only; --num-cases: print how many default
+cases there are.
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ from flint_attention.testing import BF16_VS_F64, FP8, assert_close, make_paged_i
 from flint_attention.testing import reference_decode_attention as reference
 
 SCALE = 0.088
+
+
+# Each kernel the op picks (launch_plan.cpp), in both formats: 8-warp splits,
+# the balanced kernel, the cluster, 9-warp splits, 4-warp splits (full
+# attention, then a window), one warp per (request, kv head), 9-warp splits
+# past one level of merging: (seq_lens, kv heads, window).
+CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5000], 2, None),
+         ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
+         ([(13 * i) % 100 for i in range(200)], 2, 64),
+         ([20000], 1, None)]  # 9-warp splits merged in two levels (70 splits)
 
 
 def run(plan, seq_lens, kvh, window):
@@ -41,6 +52,9 @@ def run(plan, seq_lens, kvh, window):
 
 
 def main() -> None:
+    if "--num-cases" in sys.argv:
+        print(len(CASES))
+        return
     only = int(sys.argv[sys.argv.index("--case") + 1]) if "--case" in sys.argv else None
     defaults = only is not None or "--defaults" in sys.argv
     balanced_only = "--balanced" in sys.argv
@@ -69,17 +83,9 @@ def main() -> None:
         return
     from flint_attention import flint_decode_attention  # the op's own choice of plan
 
-    # Each kernel the op picks (launch_plan.cpp), in both formats: 8-warp
-    # splits, the balanced kernel, the cluster, 9-warp splits, 4-warp splits
-    # (full attention, then a window), one warp per (request, kv head), 9-warp
-    # splits past one level of merging.
-    cases = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5000], 2, None),
-             ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
-             ([(13 * i) % 100 for i in range(200)], 2, 64),
-             ([20000], 1, None)]  # 9-warp splits merged in two levels (70 splits)
     formats = [sys.argv[sys.argv.index("--kv") + 1]] if "--kv" in sys.argv else ["bf16", "fp8"]
     for kv in formats:
-        for lens, kvh, window in cases if only is None else cases[only:only + 1]:
+        for lens, kvh, window in CASES if only is None else CASES[only:only + 1]:
             fp8 = dict(kv_dtype=FP8, k_scale=0.02, v_scale=[0.01 + 0.01 * h for h in range(kvh)]) \
                 if kv == "fp8" else {}
             inp = make_paged_inputs(len(lens), lens, kvh, window, "cuda", **fp8)
