@@ -60,8 +60,8 @@ for step in "$@"; do
     racecheck) sanitize racecheck "${SAN_S:-200}" "${SAN_ARGS:---quick}" ;;
     # synccheck: one process per case (and one for the balanced machinery). In one
     # process the tool's cuda::barrier tracking overflows after enough launches and the
-    # next kernel fails (runs 92-93, 100-101: 64 tracked; 1024 runs it out of memory),
-    # while every case alone passes (run 101). SAN_ARGS: one process with those args.
+    # next kernel fails (runs 92-93, 101-102: 64 tracked; 1024 ran it out of memory in run 104),
+    # while every case alone passes (run 105). SAN_ARGS: one process with those args.
     synccheck)
       export SAN_TOOL_ARGS=${SAN_TOOL_ARGS:---num-cuda-barriers 64}
       if [ -n "${SAN_ARGS:-}" ]; then sanitize synccheck "${SAN_S:-120}" "$SAN_ARGS"
