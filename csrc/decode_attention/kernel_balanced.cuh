@@ -291,26 +291,27 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
   // run of short pieces keeps the ring as full as one long piece. Its block
   // ids come 32 pages at a time per piece; moving onto a piece loads them,
   // used at the next issue (a consumed page later).
+  // bt_cur / bt_next: the producer's piece's block ids (lane i: pages i and
+  // i + 32 of its current 32-page block).
   Piece prod = cur;
   PieceSpan prod_span = span;
   int prod_k = min(cur.count, kStages - 1);  // issue_leading took pages 0 .. prod_k - 1
-  int prod_bt_cur = bt_cur, prod_bt_next = bt_next;
   auto prod_enter_next = [&] {
     prod = next_piece(prod);
     prod_span = span_of(prod, prod_span.ring_base + prod_span.count);
     prod_k = 0;
-    prod_bt_cur = prod_span.block_at(lane);
-    prod_bt_next = prod_span.block_at(lane + 32);
+    bt_cur = prod_span.block_at(lane);
+    bt_next = prod_span.block_at(lane + 32);
   };
   // NOTE: the caller's __syncwarp orders every lane's reads of the slot first.
   auto issue_next = [&] {
     if (prod.count == 0) return;  // the share is all issued
-    issue_page(ring, prod_span, prod_k, __shfl_sync(kFullMask, prod_bt_cur, prod_k & 31), lane);
+    issue_page(ring, prod_span, prod_k, __shfl_sync(kFullMask, bt_cur, prod_k & 31), lane);
     if (++prod_k == prod.count) {
       prod_enter_next();
     } else if ((prod_k & 31) == 0) {
-      prod_bt_cur = prod_bt_next;
-      prod_bt_next = prod_span.block_at(prod_k + 32 + lane);
+      bt_cur = bt_next;
+      bt_next = prod_span.block_at(prod_k + 32 + lane);
     }
   };
   if (prod.count > 0 && prod_k == prod.count) prod_enter_next();
@@ -364,7 +365,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
     const float scale_log2 = p.scale_log2 * in.k_scale * exp2i(q_exp);
 
     WarpState st;
-    stream_piece(ring, span, issue_next, q, cur.e.start_tok, cur.e.seq_len, scale_log2, g, t, lane,
+    stream_piece(ring, span, issue_next, q, cur.e.start_tok, cur.e.seq_len, scale_log2, g, t,
                  refill_after_wait, st);
 
     if (cur.off == 0 && cur.count == cur.e.num_pages) {

@@ -97,8 +97,7 @@ template <class Kv, int kStages, class IssueNext>
 __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, const PieceSpan& s,
                                              IssueNext& issue_next, const uint32_t (&q)[16],
                                              int start_tok, int seq_len, float scale_log2, int g,
-                                             int t, int lane, bool refill_after_wait,
-                                             WarpState& st) {
+                                             int t, bool refill_after_wait, WarpState& st) {
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
