@@ -44,6 +44,9 @@ sanitize() {  # tool, limit_s, args (SAN_TOOL_ARGS: the tool's own options; SAN_
   note "$1${SAN_TAG:-} ${3:-} rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|cases done' "$log" | tr '\n' ' ')"
   grep -m3 -B2 -A12 "=========.*\(Invalid\|Race\|Barrier\|Error\)" "$log" | head -40
 }
+synccheck_one() {  # limit_s, args: SAN_TOOL_ARGS default for synccheck only, not the later steps
+  SAN_TOOL_ARGS=${SAN_TOOL_ARGS:---num-cuda-barriers 64} sanitize synccheck "$@"
+}
 for step in "$@"; do
   case $step in
     build)
@@ -63,14 +66,13 @@ for step in "$@"; do
     # next kernel fails (runs 92-93, 101-102: 64 tracked; 1024 ran it out of memory in run 104),
     # while every case alone passes (run 105). SAN_ARGS: one process with those args.
     synccheck)
-      export SAN_TOOL_ARGS=${SAN_TOOL_ARGS:---num-cuda-barriers 64}
-      if [ -n "${SAN_ARGS:-}" ]; then sanitize synccheck "${SAN_S:-120}" "$SAN_ARGS"
+      if [ -n "${SAN_ARGS:-}" ]; then synccheck_one "${SAN_S:-120}" "$SAN_ARGS"
       else
         n=$(python3 benchmarks/sanitize_cases.py --num-cases)
         for kv in bf16 fp8; do for c in $(seq 0 $((n - 1))); do
-          SAN_TAG=_${kv}_$c sanitize synccheck "${SAN_S:-40}" "--case $c --kv $kv"
+          SAN_TAG=_${kv}_$c synccheck_one "${SAN_S:-40}" "--case $c --kv $kv"
         done; done
-        SAN_TAG=_balanced sanitize synccheck "${SAN_S:-90}" --balanced
+        SAN_TAG=_balanced synccheck_one "${SAN_S:-90}" --balanced
       fi ;;
     ab) timeout "${AB_S:-200}" python3 benchmarks/quick_ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -70 ;;
     phases) timeout "${PHASES_S:-150}" python3 benchmarks/phases_row.py ${PHASES_ARGS:-} 2>&1 | tee "$OUT/phases.log" | tail -120 ;;

@@ -18,7 +18,7 @@ from quick_ab import ROWS  # noqa: E402
 
 row, which = sys.argv[1], sys.argv[2]
 fp8 = len(sys.argv) > 3 and sys.argv[3] == "fp8"
-kw = dict(kv_dtype=FP8, k_scale=0.01, v_scale=0.01) if fp8 else {}
+kw = dict(kv_dtype=FP8) if fp8 else {}  # make_paged_inputs' default scales
 lens, kvh, window, width = ROWS[row]
 max_pages = max(-(-n // 16) for n in lens)
 sets = [make_paged_inputs(len(lens), lens, kvh, window, "cuda", poison=False,
