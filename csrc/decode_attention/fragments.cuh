@@ -7,9 +7,10 @@
 // register roles, pairs of the format's MMA type (bf16, or fp16 for fp8):
 //   q[w]      pair of head g, the two dims k-step w / 2 multiplies with k[16r + w]
 //   k[16r+w]  pair of token g + 8r (r < 2) at the dims of q[w]
-//   v[8r+4h+j] pair of token 2t + (r & 1) + 8(r >> 1) (r < 4) at dims
-//             chunk_dim(g, h) + 2j, +1 (h < 2, j < 4)
-// so that m-tile j of O^T holds dims o_tile_dim(j, g), +1 (rows g, g + 8).
+//   v         what Kv::v_operand turns into the A operand of m-tile j of
+//             O^T (dims o_tile_dim(j, g), +1 as rows g, g + 8; tokens 2t,
+//             2t + 1, 2t + 8, 2t + 9 as k): bf16 holds token rows (see KvBf16),
+//             fp8 the operand itself, v[4j .. 4j + 3].
 // Which dims those are is each format's choice (a permutation of the 128
 // dims shared by q and K, another one for V and O): it is picked so that a
 // quarter-warp's 16-byte shared-memory reads spread over the banks.
@@ -87,6 +88,21 @@ struct KvBf16 {
     return ptx::pack_bf16x2(lo, hi);
   }
 
+  // v[8r + 4h + j]: pair of token 2t + (r & 1) + 8(r >> 1) (r < 4) at dims
+  // chunk_dim(g, h) + 2j, +1 (h < 2, j < 4). m-tile j's rows g, g + 8 are the
+  // two halves of word j % 4 of chunk j / 4; prmt pairs tokens (2t, 2t+1) and
+  // (2t+8, 2t+9) per dim.
+  __device__ __forceinline__ static void v_operand(const uint32_t (&v)[32], int j,
+                                                   uint32_t (&a)[4]) {
+    const int hh = j / 4, wi = j % 4;
+    const uint32_t va = v[4 * hh + wi], vb = v[4 * (2 + hh) + wi];
+    const uint32_t vc = v[4 * (4 + hh) + wi], vd = v[4 * (6 + hh) + wi];
+    a[0] = ptx::prmt(va, vb, 0x5410u);
+    a[1] = ptx::prmt(va, vb, 0x7632u);
+    a[2] = ptx::prmt(vc, vd, 0x5410u);
+    a[3] = ptx::prmt(vc, vd, 0x7632u);
+  }
+
   // Lane (g, t)'s q words of head g (`q_row`), as they are in memory:
   // dims 32i + 8t .. + 7 at w[4i .. 4i + 3].
   __device__ __forceinline__ static void load_q_words(const uint16_t* q_row, int t,
@@ -155,10 +171,12 @@ struct KvBf16 {
 //
 // q / K dims of q[w]: 32t + 2w, +1 (each lane's 32 dims contiguous: 32 bytes
 // of a K row). V: chunk_dim(g, h) = 16g + 8h (16 contiguous bytes of a V row).
-// Rows are 256 bytes apart (bank group = 16-byte column % 8 again): the lanes
-// of odd g read their two K halves in the other order (conflict-free); the
-// four t of a quarter-warp read the same V column of four rows, a 4-way
-// conflict the layout cannot avoid (each lane needs the dims of its rows g).
+// Rows are 256 bytes apart (bank group = 16-byte column % 8 again): a
+// quarter-warp's K reads are 2-way conflicted (rows g, g + 1 at the same
+// columns; swapping halves for odd g, as bf16 does, costs a select per word,
+// more issue slots than the conflict costs this issue-bound path), and its
+// four t read the same V column of four rows, a 4-way conflict the layout
+// cannot avoid (each lane needs the dims of its rows g).
 struct KvFp8 {
   static constexpr KvDtype kDtype = KvDtype::kFp8E4m3;
   static constexpr int kElemBytes = 1;
@@ -180,6 +198,12 @@ struct KvFp8 {
   }
   __device__ __forceinline__ static uint32_t pack_p(float lo, float hi) {
     return ptx::pack_f16x2(lo, hi);
+  }
+  // load_page builds the operand itself.
+  __device__ __forceinline__ static void v_operand(const uint32_t (&v)[32], int j,
+                                                   uint32_t (&a)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = v[4 * j + i];
   }
 
   // Lane (g, t)'s q words of head g: dims 32t .. 32t + 31 (bf16 pairs).
@@ -212,35 +236,55 @@ struct KvFp8 {
 
   // Four e4m3 (dims d .. d + 3) -> fp16 pairs (d, d + 1) and (d + 2, d + 3).
   __device__ __forceinline__ static void to_f16(uint32_t x, uint32_t& lo, uint32_t& hi) {
-    lo = ptx::cvt_f16x2_e4m3x2(static_cast<uint16_t>(x & 0xffffu));
-    hi = ptx::cvt_f16x2_e4m3x2(static_cast<uint16_t>(x >> 16));
+    ptx::cvt_f16x4_e4m3x4(x, lo, hi);
   }
 
   __device__ __forceinline__ static void load_page(uint32_t slot, int page, int start_tok,
                                                    int seq_len, int g, int t, uint32_t (&k)[32],
                                                    uint32_t (&v)[32]) {
-    const bool k_swap = g & 1;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const uint32_t row = slot + (g + 8 * r) * kRowBytes + 32 * t;
-      uint32_t a[4], b[4];  // dims 32t .. +15 and 32t + 16 .. +31 (swapped for odd g)
-      ptx::ld_shared_u32x4(row + (k_swap ? 16 : 0), a);
-      ptx::ld_shared_u32x4(row + (k_swap ? 0 : 16), b);
+      uint32_t a[4], b[4];  // dims 32t .. +15 and 32t + 16 .. +31
+      ptx::ld_shared_u32x4(row, a);
+      ptx::ld_shared_u32x4(row + 16, b);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        to_f16(k_swap ? b[j] : a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
-        to_f16(k_swap ? a[j] : b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
+        to_f16(a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
+        to_f16(b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
       }
     }
+    // V: raw[r][w] holds dims 16g + 4w .. + 3 of token 2t + (r & 1) + 8(r >> 1).
+    // Rows outside [start_tok, seq_len) are zeroed first (e4m3 0x00 is +0).
+    // Then prmt pairs the bytes of tokens (2t, 2t+1) and (2t+8, 2t+9) per dim,
+    // so each cvt gives an A-operand word of O^T directly: m-tile j = 2w + e
+    // (dims 16g + 4w + 2e, +1) from bytes 2e, 2e + 1 of word w.
     const uint32_t v_row0 = slot + kHeadDim + 2 * t * kRowBytes + 16 * g;
+    uint32_t raw[4][4];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      uint32_t a[4];  // dims 16g .. 16g + 15 of token 2t + (r & 1) + 8(r >> 1)
-      ptx::ld_shared_u32x4(v_row0 + ((r & 1) + 8 * (r >> 1)) * kRowBytes, a);
+    for (int r = 0; r < 4; ++r)
+      ptx::ld_shared_u32x4(v_row0 + ((r & 1) + 8 * (r >> 1)) * kRowBytes, raw[r]);
+    const int first = page * kPageTokens;
+    if (first < start_tok || first + kPageTokens > seq_len) {
 #pragma unroll
-      for (int w = 0; w < 4; ++w) to_f16(a[w], v[8 * r + 2 * w], v[8 * r + 2 * w + 1]);
+      for (int r = 0; r < 4; ++r) {
+        const int pos = first + 2 * t + (r & 1) + 8 * (r >> 1);
+        const bool attended = pos >= start_tok && pos < seq_len;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) raw[r][w] = attended ? raw[r][w] : 0u;
+      }
     }
-    mask_v_rows(v, page, start_tok, seq_len, t);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // tokens 2t, 2t+1 (a[0..1]); 2t+8, 2t+9 (a[2..3])
+        const uint32_t x = raw[2 * half][w], y = raw[2 * half + 1][w];
+        const int j0 = 2 * w;  // m-tiles j0 (bytes 0, 1) and j0 + 1 (bytes 2, 3)
+        to_f16(ptx::prmt(x, y, 0x5140u), v[4 * j0 + 2 * half], v[4 * j0 + 2 * half + 1]);
+        to_f16(ptx::prmt(x, y, 0x7362u), v[4 * (j0 + 1) + 2 * half],
+               v[4 * (j0 + 1) + 2 * half + 1]);
+      }
+    }
   }
 };
 
@@ -289,18 +333,22 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
   for (int h = 0; h < 2; ++h) {
     const float m_new = fmaxf(st.m[h], mx[h]);
     const float shift = softmax_shift(m_new * scale_log2);
-    alpha[h] = ptx::ex2(fmaf(st.m[h], scale_log2, -shift));
+    // An unchanged max keeps the old terms' weight at exactly 1 (not ex2 of
+    // the fma's rounding residual), so most pages skip the rescale below.
+    alpha[h] = m_new == st.m[h] ? 1.f : ptx::ex2(fmaf(st.m[h], scale_log2, -shift));
     p[h] = ptx::ex2(fmaf(s[h], scale_log2, -shift));
     p[h + 2] = ptx::ex2(fmaf(s[h + 2], scale_log2, -shift));
     st.m[h] = m_new;
     st.l[h] = st.l[h] * alpha[h] + (p[h] + p[h + 2]);
   }
+  if (__any_sync(kFullMask, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    st.o[4 * j] *= alpha[0];
-    st.o[4 * j + 1] *= alpha[1];
-    st.o[4 * j + 2] *= alpha[0];
-    st.o[4 * j + 3] *= alpha[1];
+    for (int j = 0; j < 8; ++j) {
+      st.o[4 * j] *= alpha[0];
+      st.o[4 * j + 1] *= alpha[1];
+      st.o[4 * j + 2] *= alpha[0];
+      st.o[4 * j + 3] *= alpha[1];
+    }
   }
 
   // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][head g],
@@ -315,15 +363,11 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
   const uint32_t b0 = ptx::prmt(x0, x1, sel), b1 = ptx::prmt(y0, y1, sel);
 
   // O^T[dim][head] += V^T P^T. m-tile j: rows g, g+8 are dims d0, d0+1 with
-  // d0 = o_tile_dim(j, g), i.e. the two halves of word j % 4 of V chunk j / 4;
-  // prmt pairs tokens (2t, 2t+1) and (2t+8, 2t+9) per dim.
+  // d0 = o_tile_dim(j, g).
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int hh = j / 4, wi = j % 4;
-    const uint32_t va = v[4 * hh + wi], vb = v[4 * (2 + hh) + wi];
-    const uint32_t vc = v[4 * (4 + hh) + wi], vd = v[4 * (6 + hh) + wi];
-    const uint32_t a[4] = {ptx::prmt(va, vb, 0x5410u), ptx::prmt(va, vb, 0x7632u),
-                           ptx::prmt(vc, vd, 0x5410u), ptx::prmt(vc, vd, 0x7632u)};
+    uint32_t a[4];
+    Kv::v_operand(v, j, a);
     float(&acc)[4] = *reinterpret_cast<float(*)[4]>(&st.o[4 * j]);
     Kv::mma(acc, a, b0, b1);
   }

@@ -13,6 +13,16 @@ __device__ __forceinline__ uint32_t cvt_f16x2_e4m3x2(uint16_t pair) {
   return d;
 }
 
+// Four e4m3 values (bytes 0..3 of x) to fp16 pairs: bytes 0-1 into lo, 2-3 into
+// hi. The halves are split inside the asm (mov.b32 {a, b}), so ptxas reads the
+// high one in place instead of shifting it down first.
+__device__ __forceinline__ void cvt_f16x4_e4m3x4(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  asm("{\n\t.reg .b16 a, b;\n\tmov.b32 {a, b}, %2;\n\t"
+      "cvt.rn.f16x2.e4m3x2 %0, a;\n\tcvt.rn.f16x2.e4m3x2 %1, b;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+}
+
 // cvt.rn.f16x2.f32: two floats rounded to fp16 (subnormals kept), `lo` in the
 // low half.
 __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
