@@ -12,6 +12,7 @@ call's span (first entry to last stamp) and the period between calls' entries.
 from __future__ import annotations
 
 import argparse
+import bisect
 import statistics
 
 import torch
@@ -32,8 +33,9 @@ def run_row(name, kv):
     kv_dtype = FP8 if kv == "fp8" else torch.bfloat16
     sets = quick_ab.make_sets(lens, kvh, window, width, kv_dtype)
     s0 = sets[0]
-    ctas = torch.ops.flint_testing.division(s0.q, s0.kv_cache, s0.block_tables, s0.seq_lens,
-                                            window, plans.balanced_plan(s0.kv_cache).to_ints())[0]
+    ctas, _, total, per_warp, _ = torch.ops.flint_testing.division(
+        s0.q, s0.kv_cache, s0.block_tables, s0.seq_lens, window,
+        plans.balanced_plan(s0.kv_cache).to_ints())
     n = max(len(sets), 24)
     stamps = [torch.zeros(ctas, 8, len(PHASES), dtype=torch.int64, device="cuda")
               for _ in range(n)]
@@ -83,6 +85,71 @@ def run_row(name, kv):
     streamed = (x[..., 4].max(dim=1).values - t0).double() / 1e3
     print(f"CTA entries: median {enter.median():.2f}, max {enter.max():.2f} us; CTA streams end: "
           f"median {streamed.median():.2f}, max {streamed.max():.2f} us")
+    per_warp_report(x, t0, s0.seq_lens.tolist(), kvh, window, s0.block_tables.shape[1], total,
+                    per_warp)
+
+
+def warp_pieces(lens, kvh, window, max_blocks, total, per_warp, num_warps):
+    """Per warp of the grid (CTA-major): its share's pages and pieces (segments it
+    touches), from the division's formulas (csrc/decode_attention/division.h)."""
+    starts, n = [], []  # segments' first page in the batch's sequence, b-major
+    x = 0
+    for raw in lens:
+        seq = max(0, min(raw, max_blocks * 16))
+        first = (seq - window) // 16 if window and seq > window else 0
+        pages = -(-seq // 16) - first
+        for _ in range(kvh if pages > 0 else 0):
+            starts.append(x)
+            n.append(pages)
+            x += pages
+    assert x == total, (x, total)
+    out = []
+    for w in range(num_warps):
+        x0, x1 = w * per_warp, min((w + 1) * per_warp, total)
+        if x0 >= x1:
+            out.append((0, 0))
+            continue
+        i0 = bisect.bisect_right(starts, x0) - 1
+        i1 = bisect.bisect_left(starts, x1)
+        out.append((x1 - x0, i1 - i0))
+    return out
+
+
+def per_warp_report(x, t0, lens, kvh, window, max_blocks, total, per_warp):
+    """Which warps end late: each warp's stream (its kWaited to kStreamed
+    stamps) against its share's pieces, and whether the late ones share CTAs."""
+    ctas, warps = x.shape[0], x.shape[1]
+    shares = warp_pieces(lens, kvh, window, max_blocks, total, per_warp, ctas * warps)
+    rows = []
+    for c in range(ctas):
+        for w in range(warps):
+            pages, pieces = shares[c * warps + w]
+            if pages == 0 or x[c, w, 4] == 0:
+                continue
+            waited = (int(x[c, w, 3]) - t0) / 1e3
+            end = (int(x[c, w, 4]) - t0) / 1e3
+            rows.append((end, end - waited, waited, pieces, pages, c, w))
+    if not rows:
+        return
+    med_pages = statistics.median(r[4] for r in rows)
+    full = [r for r in rows if r[4] == med_pages]  # warps with a whole share
+    print(f"per warp ({len(full)} with a whole share of {med_pages} pages): stream time "
+          "(waited -> streamed) by pieces in the share")
+    print("| pieces | warps | median stream µs | max stream µs | median end µs | max end µs |"
+          "\n|---|---|---|---|---|---|")
+    by = sorted(set(r[3] for r in full))
+    qs = [by[int(len(by) * f)] for f in (0, 0.25, 0.5, 0.75)] + [by[-1] + 1]
+    for lo, hi in zip(qs, qs[1:]):
+        g = [r for r in full if lo <= r[3] < hi]
+        if g:
+            print(f"| {lo}..{hi - 1} | {len(g)} | {statistics.median(r[1] for r in g):.2f} | "
+                  f"{max(r[1] for r in g):.2f} | {statistics.median(r[0] for r in g):.2f} | "
+                  f"{max(r[0] for r in g):.2f} |")
+    cta_med = {c: statistics.median(r[0] for r in rows if r[5] == c) for c in set(r[5] for r in rows)}
+    print("slowest 12 warps: end µs, stream µs, waited µs, pieces, pages, CTA, warp, CTA's median end")
+    for r in sorted(rows, reverse=True)[:12]:
+        print(f"  {r[0]:.2f} {r[1]:.2f} {r[2]:.2f} {r[3]} {r[4]} cta{r[5]} w{r[6]} "
+              f"{cta_med[r[5]]:.2f}")
 
 
 def main():

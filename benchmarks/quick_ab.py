@@ -6,7 +6,7 @@ CUDA-graph replay of back-to-back calls rotating over input sets of >= 200 MB
 The full benchmark (peers, every row, JSON) is bench_decode.py; this is for a
 first look at a kernel change.
 
-    python benchmarks/quick_ab.py [--rows a,b] [--variants]
+    python benchmarks/quick_ab.py [--rows a,b] [--plans default,split,balanced] [--variants]
 """
 
 from __future__ import annotations
@@ -117,6 +117,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--kv", default="bf16,fp8")
+    ap.add_argument("--plans", default="default,split,balanced",
+                    help="which of the default, split and balanced plans (default alone runs on "
+                    "an older build's package too: an A/B of builds)")
     ap.add_argument("--variants", action="store_true", help="also every compiled balanced variant")
     ap.add_argument("--budget-s", type=float, default=240)
     ap.add_argument("--grids", type=lambda x: [int(v) for v in x.split(",") if v], default=[],
@@ -134,10 +137,13 @@ def main():
             sets = make_sets(lens, kvh, window, width, kv_dtype)
             nbytes = kv_bytes(lens, kvh, window, 1 if kv == "fp8" else 2)
             floor_us = nbytes / 4.5e12 * 1e6
-            cands = [("default", None)]
             s = sets[0]
-            cands.append(("split", plans.legacy_plan(s.q, s.kv_cache, window)))
-            cands.append(("balanced", plans.balanced_plan(s.kv_cache)))
+            wanted = args.plans.split(",")
+            cands = [("default", None)] if "default" in wanted else []
+            if "split" in wanted:
+                cands.append(("split", plans.legacy_plan(s.q, s.kv_cache, window)))
+            if "balanced" in wanted:
+                cands.append(("balanced", plans.balanced_plan(s.kv_cache)))
             if args.variants:
                 base = plans.balanced_plan(s.kv_cache)
                 cands += [(f"refill {r}", dataclasses.replace(base, refill=r)) for r in (0, 1)]
