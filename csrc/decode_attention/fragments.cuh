@@ -36,9 +36,11 @@ struct WarpState {
 };
 
 // V rows outside [start_tok, seq_len) are zeroed, so stale or NaN cache
-// contents never reach P V (a zero P alone would not cancel a NaN).
-__device__ __forceinline__ void mask_v_rows(uint32_t (&v)[32], int page, int start_tok, int seq_len,
-                                            int t) {
+// contents never reach P V (a zero P alone would not cancel a NaN). rows[r]:
+// the W words a lane holds of token 2t + (r & 1) + 8(r >> 1).
+template <int W>
+__device__ __forceinline__ void mask_v_rows(uint32_t (&rows)[4][W], int page, int start_tok,
+                                            int seq_len, int t) {
   const int first = page * kPageTokens;
   if (first < start_tok || first + kPageTokens > seq_len) {
 #pragma unroll
@@ -46,7 +48,7 @@ __device__ __forceinline__ void mask_v_rows(uint32_t (&v)[32], int page, int sta
       const int pos = first + 2 * t + (r & 1) + 8 * (r >> 1);
       const bool attended = pos >= start_tok && pos < seq_len;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[8 * r + j] = attended ? v[8 * r + j] : 0u;
+      for (int j = 0; j < W; ++j) rows[r][j] = attended ? rows[r][j] : 0u;
     }
   }
 }
@@ -156,7 +158,7 @@ struct KvBf16 {
         v[8 * r + 4 + j] = v_swap ? a[j] : b[j];
       }
     }
-    mask_v_rows(v, page, start_tok, seq_len, t);
+    mask_v_rows(reinterpret_cast<uint32_t(&)[4][8]>(v), page, start_tok, seq_len, t);
   }
 };
 
@@ -173,8 +175,8 @@ struct KvBf16 {
 // of a K row). V: chunk_dim(g, h) = 16g + 8h (16 contiguous bytes of a V row).
 // Rows are 256 bytes apart (bank group = 16-byte column % 8 again): a
 // quarter-warp's K reads are 2-way conflicted (rows g, g + 1 at the same
-// columns; swapping halves for odd g, as bf16 does, costs a select per word,
-// more issue slots than the conflict costs this issue-bound path), and its
+// columns; swapping halves for odd g, as bf16 does, would cost a select per
+// word, more than the conflict's extra shared-memory cycles), and its
 // four t read the same V column of four rows, a 4-way conflict the layout
 // cannot avoid (each lane needs the dims of its rows g).
 struct KvFp8 {
@@ -264,16 +266,7 @@ struct KvFp8 {
 #pragma unroll
     for (int r = 0; r < 4; ++r)
       ptx::ld_shared_u32x4(v_row0 + ((r & 1) + 8 * (r >> 1)) * kRowBytes, raw[r]);
-    const int first = page * kPageTokens;
-    if (first < start_tok || first + kPageTokens > seq_len) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int pos = first + 2 * t + (r & 1) + 8 * (r >> 1);
-        const bool attended = pos >= start_tok && pos < seq_len;
-#pragma unroll
-        for (int w = 0; w < 4; ++w) raw[r][w] = attended ? raw[r][w] : 0u;
-      }
-    }
+    mask_v_rows(raw, page, start_tok, seq_len, t);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
 #pragma unroll

@@ -5,17 +5,11 @@
 
 namespace flint::ptx {
 
-// cvt.rn.f16x2.e4m3x2: two e4m3 values (low byte first) to two fp16, low half
-// first. Exact: every e4m3 value (NaN included) is an fp16 value.
-__device__ __forceinline__ uint32_t cvt_f16x2_e4m3x2(uint16_t pair) {
-  uint32_t d;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(pair));
-  return d;
-}
-
-// Four e4m3 values (bytes 0..3 of x) to fp16 pairs: bytes 0-1 into lo, 2-3 into
-// hi. The halves are split inside the asm (mov.b32 {a, b}), so ptxas reads the
-// high one in place instead of shifting it down first.
+// cvt.rn.f16x2.e4m3x2, twice: four e4m3 values (bytes 0..3 of x) to fp16
+// pairs, bytes 0-1 into lo, 2-3 into hi (low byte first in each). Exact: every
+// e4m3 value (NaN included) is an fp16 value. The halves are split inside the
+// asm (mov.b32 {a, b}), so ptxas reads the high one in place instead of
+// shifting it down first.
 __device__ __forceinline__ void cvt_f16x4_e4m3x4(uint32_t x, uint32_t& lo, uint32_t& hi) {
   asm("{\n\t.reg .b16 a, b;\n\tmov.b32 {a, b}, %2;\n\t"
       "cvt.rn.f16x2.e4m3x2 %0, a;\n\tcvt.rn.f16x2.e4m3x2 %1, b;\n\t}"
