@@ -20,6 +20,7 @@ import torch
 import flint_attention  # noqa: F401  (the op library first: _testing links to it)
 import flint_attention._testing  # noqa: F401  (torch.ops.flint_testing)
 from flint_attention.testing import FP8, plans
+from flint_attention.testing.serving import page_span
 
 import quick_ab
 
@@ -85,22 +86,20 @@ def run_row(name, kv):
     streamed = (x[..., 4].max(dim=1).values - t0).double() / 1e3
     print(f"CTA entries: median {enter.median():.2f}, max {enter.max():.2f} us; CTA streams end: "
           f"median {streamed.median():.2f}, max {streamed.max():.2f} us")
-    per_warp_report(x, t0, s0.seq_lens.tolist(), kvh, window, s0.block_tables.shape[1], total,
-                    per_warp)
+    per_warp_report(x, t0, s0.seq_lens.tolist(), kvh, window, total, per_warp)
 
 
-def warp_pieces(lens, kvh, window, max_blocks, total, per_warp, num_warps):
+def warp_pieces(lens, kvh, window, total, per_warp, num_warps):
     """Per warp of the grid (CTA-major): its share's pages and pieces (segments it
-    touches), from the division's formulas (csrc/decode_attention/division.h)."""
-    starts, n = [], []  # segments' first page in the batch's sequence, b-major
+    touches), by the division's rule (csrc/decode_attention/division.h; the rows'
+    tables hold every length, so no length is clamped, and the total must match
+    the device's)."""
+    starts = []  # segments' first page in the batch's sequence, b-major
     x = 0
-    for raw in lens:
-        seq = max(0, min(raw, max_blocks * 16))
-        first = (seq - window) // 16 if window and seq > window else 0
-        pages = -(-seq // 16) - first
+    for seq in lens:
+        pages = len(page_span(seq, window))
         for _ in range(kvh if pages > 0 else 0):
             starts.append(x)
-            n.append(pages)
             x += pages
     assert x == total, (x, total)
     out = []
@@ -115,11 +114,11 @@ def warp_pieces(lens, kvh, window, max_blocks, total, per_warp, num_warps):
     return out
 
 
-def per_warp_report(x, t0, lens, kvh, window, max_blocks, total, per_warp):
+def per_warp_report(x, t0, lens, kvh, window, total, per_warp):
     """Which warps end late: each warp's stream (its kWaited to kStreamed
     stamps) against its share's pieces, and whether the late ones share CTAs."""
     ctas, warps = x.shape[0], x.shape[1]
-    shares = warp_pieces(lens, kvh, window, max_blocks, total, per_warp, ctas * warps)
+    shares = warp_pieces(lens, kvh, window, total, per_warp, ctas * warps)
     rows = []
     for c in range(ctas):
         for w in range(warps):
