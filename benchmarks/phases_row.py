@@ -4,7 +4,9 @@ BalancedPhase in csrc/decode_attention/kernel_balanced.cuh), in a CUDA graph of
 back-to-back calls over L2-cold input sets, as quick_ab.py times them. For each
 row it prints, for the middle call of the chain, each phase's time from the
 call's first CTA entry (min / median / max over the warps that reach it), the
-call's span (first entry to last stamp) and the period between calls' entries.
+call's span (first entry to last stamp) and the period between calls' entries,
+and per warp its stream time by the pieces in its share, split into the
+stream's sections (StreamSection in csrc/decode_attention/page_ring.cuh).
 
     python benchmarks/phases_row.py [--rows b1_l8k,h1_tp_64k] [--kv bf16,fp8]
 """
@@ -26,6 +28,10 @@ import quick_ab
 
 PHASES = ["entered", "divided", "leading", "waited", "streamed", "cta_ready", "cta_merged",
           "arrived", "finished"]
+# A warp's stream cycles by StreamSection (csrc/decode_attention/page_ring.cuh), then its pieces.
+SECTIONS = ["setup", "first_wait", "page_wait", "refill_sync", "refill_arrive", "refill_copy",
+            "refill", "page_math", "piece_end"]
+STAMPS = len(PHASES) + len(SECTIONS) + 1
 SCALE = 128**-0.5
 
 
@@ -34,11 +40,11 @@ def run_row(name, kv):
     kv_dtype = FP8 if kv == "fp8" else torch.bfloat16
     sets = quick_ab.make_sets(lens, kvh, window, width, kv_dtype)
     s0 = sets[0]
-    ctas, _, total, per_warp, _ = torch.ops.flint_testing.division(
+    ctas, _, total, per_warp, _, cost = torch.ops.flint_testing.division(
         s0.q, s0.kv_cache, s0.block_tables, s0.seq_lens, window,
         plans.balanced_plan(s0.kv_cache).to_ints())
     n = max(len(sets), 24)
-    stamps = [torch.zeros(ctas, 8, len(PHASES), dtype=torch.int64, device="cuda")
+    stamps = [torch.zeros(ctas, 8, STAMPS, dtype=torch.int64, device="cuda")
               for _ in range(n)]
 
     def call(i):
@@ -86,69 +92,75 @@ def run_row(name, kv):
     streamed = (x[..., 4].max(dim=1).values - t0).double() / 1e3
     print(f"CTA entries: median {enter.median():.2f}, max {enter.max():.2f} us; CTA streams end: "
           f"median {streamed.median():.2f}, max {streamed.max():.2f} us")
-    per_warp_report(x, t0, s0.seq_lens.tolist(), kvh, window, total, per_warp)
+    per_warp_report(x, t0, s0.seq_lens.tolist(), kvh, window, total, per_warp, cost)
 
 
-def warp_pieces(lens, kvh, window, total, per_warp, num_warps):
-    """Per warp of the grid (CTA-major): its share's pages and pieces (segments it
-    touches), by the division's rule (csrc/decode_attention/division.h; the rows'
+def warp_pieces(lens, kvh, window, total, per_warp, num_warps, cost):
+    """Per warp of the grid (CTA-major): its share's pages and pieces (segments
+    whose pages it touches), by the division's rule (csrc/decode_attention/
+    division.h: a segment is `cost` units, then one unit per page; the rows'
     tables hold every length, so no length is clamped, and the total must match
     the device's)."""
-    starts = []  # segments' first page in the batch's sequence, b-major
+    segs = []  # (unit of page 0, pages) of each segment, b-major
     x = 0
     for seq in lens:
         pages = len(page_span(seq, window))
         for _ in range(kvh if pages > 0 else 0):
-            starts.append(x)
-            x += pages
+            segs.append((x + cost, pages))
+            x += cost + pages
     assert x == total, (x, total)
     out = []
     for w in range(num_warps):
         x0, x1 = w * per_warp, min((w + 1) * per_warp, total)
-        if x0 >= x1:
-            out.append((0, 0))
-            continue
-        i0 = bisect.bisect_right(starts, x0) - 1
-        i1 = bisect.bisect_left(starts, x1)
-        out.append((x1 - x0, i1 - i0))
+        pieces = [min(x1, a + n) - max(x0, a) for a, n in segs if max(x0, a) < min(x1, a + n)]
+        out.append((sum(pieces), len(pieces), x1 - x0 == per_warp))
     return out
 
 
-def per_warp_report(x, t0, lens, kvh, window, total, per_warp):
+def per_warp_report(x, t0, lens, kvh, window, total, per_warp, cost):
     """Which warps end late: each warp's stream (its kWaited to kStreamed
     stamps) against its share's pieces, and whether the late ones share CTAs."""
     ctas, warps = x.shape[0], x.shape[1]
-    shares = warp_pieces(lens, kvh, window, total, per_warp, ctas * warps)
+    shares = warp_pieces(lens, kvh, window, total, per_warp, ctas * warps, cost)
     rows = []
     for c in range(ctas):
         for w in range(warps):
-            pages, pieces = shares[c * warps + w]
+            pages, pieces, whole = shares[c * warps + w]
             if pages == 0 or x[c, w, 4] == 0:
                 continue
             waited = (int(x[c, w, 3]) - t0) / 1e3
             end = (int(x[c, w, 4]) - t0) / 1e3
-            rows.append((end, end - waited, waited, pieces, pages, c, w))
+            cyc = [int(v) for v in x[c, w, len(PHASES):len(PHASES) + len(SECTIONS)]]
+            # cycles -> µs: the sections partition the warp's waited -> streamed span
+            us = [v * (end - waited) / max(sum(cyc), 1) for v in cyc]
+            rows.append((end, end - waited, waited, pieces, pages, c, w, us,
+                         int(x[c, w, STAMPS - 1]), whole))
     if not rows:
         return
-    med_pages = statistics.median(r[4] for r in rows)
-    full = [r for r in rows if r[4] == med_pages]  # warps with a whole share
-    print(f"per warp ({len(full)} with a whole share of {med_pages} pages): stream time "
+    full = [r for r in rows if r[9]]  # warps with a whole share
+    print(f"per warp ({len(full)} with a whole share of {per_warp} units, median "
+          f"{statistics.median(r[4] for r in full)} pages): stream time "
           "(waited -> streamed) by pieces in the share")
-    print("| pieces | warps | median stream µs | max stream µs | median end µs | max end µs |"
-          "\n|---|---|---|---|---|---|")
+    print("| pieces | warps | median pages | median stream µs | max stream µs | median end µs | "
+          "max end µs | " + " | ".join(f"{n} µs" for n in SECTIONS)
+          + " |\n|---|---|---|---|---|---|---|" + "---|" * len(SECTIONS))
     by = sorted(set(r[3] for r in full))
     qs = [by[int(len(by) * f)] for f in (0, 0.25, 0.5, 0.75)] + [by[-1] + 1]
     for lo, hi in zip(qs, qs[1:]):
         g = [r for r in full if lo <= r[3] < hi]
         if g:
-            print(f"| {lo}..{hi - 1} | {len(g)} | {statistics.median(r[1] for r in g):.2f} | "
+            secs = " | ".join(f"{statistics.median(r[7][k] for r in g):.2f}"
+                              for k in range(len(SECTIONS)))
+            print(f"| {lo}..{hi - 1} | {len(g)} | {statistics.median(r[4] for r in g)} | "
+                  f"{statistics.median(r[1] for r in g):.2f} | "
                   f"{max(r[1] for r in g):.2f} | {statistics.median(r[0] for r in g):.2f} | "
-                  f"{max(r[0] for r in g):.2f} |")
+                  f"{max(r[0] for r in g):.2f} | {secs} |")
+    assert all(r[8] == r[3] for r in full), "the probe's pieces differ from the division's"
     cta_med = {c: statistics.median(r[0] for r in rows if r[5] == c) for c in set(r[5] for r in rows)}
     print("slowest 12 warps: end µs, stream µs, waited µs, pieces, pages, CTA, warp, CTA's median end")
     for r in sorted(rows, reverse=True)[:12]:
         print(f"  {r[0]:.2f} {r[1]:.2f} {r[2]:.2f} {r[3]} {r[4]} cta{r[5]} w{r[6]} "
-              f"{cta_med[r[5]]:.2f}")
+              f"{cta_med[r[5]]:.2f} sections " + " ".join(f"{v:.1f}" for v in r[7]))
 
 
 def main():

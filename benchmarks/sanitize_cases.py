@@ -11,7 +11,8 @@ run that is silently wrong still fails.
 --quick: the balanced machinery and the op's default plans (racecheck is
 slow); --defaults: the op's default plans only, one kernel of each kind per
 format; --case I: of those, the I-th only; --kv bf16|fp8: one format only;
---balanced: the balanced machinery only; --num-cases: print how many default
+--balanced: the balanced machinery only (--balanced-case I: its I-th launch
+only, counting from 0 over both formats); --num-cases: print how many default
 cases there are.
 """
 
@@ -38,7 +39,14 @@ CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5
          ([20000], 1, None)]  # 9-warp splits merged in two levels (70 splits)
 
 
+PICK = int(sys.argv[sys.argv.index("--balanced-case") + 1]) if "--balanced-case" in sys.argv else None
+RUNS = [0]
+
+
 def run(plan, seq_lens, kvh, window):
+    RUNS[0] += 1
+    if PICK is not None and plan.kind == "balanced" and RUNS[0] - 1 != PICK:
+        return
     fp8 = dict(kv_dtype=FP8, k_scale=[0.01 + 0.002 * h for h in range(kvh)], v_scale=0.012) \
         if plan.kv == "fp8" else {}
     inp = make_paged_inputs(len(seq_lens), seq_lens, kvh, window, "cuda", **fp8)
@@ -62,28 +70,29 @@ def main() -> None:
     for plan in [] if quick else plans.variants():
         run(plan, [0, 17, 300, 33, 4097], 2, None)
         run(plan, [700, 129, 0, 5], 2, 64)
-    for kv in () if defaults else ("bf16", "fp8"):
+    formats = [sys.argv[sys.argv.index("--kv") + 1]] if "--kv" in sys.argv else ["bf16", "fp8"]
+    for kv in () if defaults else formats:
         probe = make_paged_inputs(1, [1], 1, None, "cuda", kv_dtype=FP8 if kv == "fp8" else torch.bfloat16)
         plan = plans.balanced_plan(probe.kv_cache)
         ctas = plans._ops().division(probe.q, probe.kv_cache, probe.block_tables, probe.seq_lens,
                                      None, plan.to_ints())[0]
         run(plan, [20000], 1, None)  # one segment over every CTA: the two-level merge
-        fewest, cta_pages = plans._ops().division(probe.q, probe.kv_cache, probe.block_tables,
-                                                  probe.seq_lens, None, plan.to_ints())[3:]
+        fewest, cta_pages, cost = plans._ops().division(
+            probe.q, probe.kv_cache, probe.block_tables, probe.seq_lens, None, plan.to_ints())[3:]
         # Segments over 25 and 49 CTAs: just past one level with 4 and 8 warps.
         run(plan, [16 * (cta_pages * 24 + 1) - 3], 1, None)
         run(plan, [16 * (cta_pages * 48 + 1) - 3], 1, None)
         run(plan, [(37 * i) % 70 for i in range(300 if not quick else 60)], 8 if not quick else 2,
             48)  # chained short pieces
         run(plan, [0] * 20, 2, None)  # nothing to attend
-        run(plan, [16 * cta_pages * (ctas // 3)] * 3, 1, None)  # segments ending on CTA boundaries
+        # segments ending on CTA boundaries (a segment is its pages + cost units)
+        run(plan, [16 * (cta_pages * (ctas // 3) - cost)] * 3, 1, None)
         run(dataclasses.replace(plan, pdl=False), [3000, 1, 0, 260], 2, 128)
     if balanced_only:
         print("sanitize cases done")
         return
     from flint_attention import flint_decode_attention  # the op's own choice of plan
 
-    formats = [sys.argv[sys.argv.index("--kv") + 1]] if "--kv" in sys.argv else ["bf16", "fp8"]
     for kv in formats:
         for lens, kvh, window in CASES if only is None else CASES[only:only + 1]:
             fp8 = dict(kv_dtype=FP8, k_scale=0.02, v_scale=[0.01 + 0.01 * h for h in range(kvh)]) \

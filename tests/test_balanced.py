@@ -43,18 +43,21 @@ def run_op(inp, window):
 
 
 def division(inp, window):
-    """(CTAs, pages of the busiest CTA, total pages, pages per warp, pages per
-    CTA) of the balanced kernel's launch."""
+    """(CTAs, units of the busiest CTA, total units, units per warp, units per
+    CTA, a segment's units besides its pages) of the balanced kernel's launch
+    (csrc/decode_attention/division.h: a segment is `cost` units, then one
+    unit per page)."""
     return plans._ops().division(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, window,
                                  plans.balanced_plan(inp.kv_cache).to_ints())
 
 
 def grid_and_warps(kv_dtype=torch.bfloat16):
-    """(CTAs, warps per CTA, the fewest pages a warp's share has)."""
+    """(CTAs, warps per CTA, the fewest units a warp's share has, a segment's
+    units besides its pages)."""
     inp = make([1], 1, kv_dtype=kv_dtype)
     plan = plans.balanced_plan(inp.kv_cache)
-    ctas, _, _, per_warp, _ = division(inp, None)
-    return ctas, plan.warps, per_warp
+    ctas, _, _, per_warp, _, cost = division(inp, None)
+    return ctas, plan.warps, per_warp, cost
 
 
 def tokens(pages: int, short: int) -> int:
@@ -118,24 +121,25 @@ def test_one_nonzero_request_in_512(kv_dtype):
 @pytest.mark.parametrize("extra", [0, 2])
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
 def test_segments_end_on_and_next_to_share_boundaries(kv_dtype, extra, kvh):
-    # Request page counts chosen so that segment ends fall exactly on, one
-    # before and one after warp and CTA boundaries; the last request fills the
-    # batch up to the total that gives each warp per_warp pages.
-    ctas, warps, fewest = grid_and_warps(kv_dtype)
+    # Request unit counts (a segment is `cost` units, then its pages) chosen
+    # so that segment ends fall exactly on, one before and one after warp and
+    # CTA boundaries; the last request fills the batch up to the total that
+    # gives each warp per_warp units.
+    ctas, warps, fewest, cost = grid_and_warps(kv_dtype)
     per_warp = fewest + extra
     cta = per_warp * warps
-    budget = ctas * warps * per_warp // kvh  # pages of all requests, per kv head
-    pattern = [cta, cta - 1, 1, per_warp, per_warp + 1, per_warp - 1, 2 * cta + 1,
-               cta - 2, 1, 1, 3 * per_warp, cta + per_warp]
-    pages = []
+    budget = ctas * warps * per_warp // kvh  # units of all requests, per kv head
+    pattern = [cta, cta - 1, cost + 1, per_warp, per_warp + 1, per_warp - 1, 2 * cta + 1,
+               cta - 2, cost + 1, cost + 1, 3 * per_warp, cta + per_warp]
+    units = []
     for n in pattern:
-        if sum(pages) + n < budget:
-            pages.append(n)
-    pages.append(budget - sum(pages))
-    lens = [tokens(p, short=i % 16) for i, p in enumerate(pages)]
+        if sum(units) + n < budget - cost:
+            units.append(n)
+    units.append(budget - sum(units))
+    lens = [tokens(u - cost, short=i % 16) for i, u in enumerate(units)]
     lens.insert(3, 0)  # a padding row in between
     inp = make(lens, kvh, kv_dtype=kv_dtype)
-    got_ctas, busiest, got_total, got_per_warp, _ = division(inp, None)
+    got_ctas, busiest, got_total, got_per_warp, _, _ = division(inp, None)
     assert (got_ctas, got_total, got_per_warp) == (ctas, kvh * budget, per_warp)
     check_output(run_op(inp, None), inp, None)
     check_bitwise_repeat(inp, None)
@@ -149,14 +153,16 @@ def test_merge_fan_in_around_the_two_level_threshold(kv_dtype, fan_in):
     # ceil(pages / cta_pages) CTAs (merged in one level up to 24 partials per
     # thread chunk of 8 x 3 with 4-warp CTAs, 48 with 8-warp ones; past
     # that in two).
-    ctas, warps, fewest = grid_and_warps(kv_dtype)
+    ctas, warps, fewest, cost = grid_and_warps(kv_dtype)
     if fan_in > ctas:
         pytest.skip(f"only {ctas} CTAs")
     cta = warps * fewest
-    pages = fan_in * cta if fan_in == ctas else (fan_in - 1) * cta + 1
+    pages = fan_in * cta - cost if fan_in == ctas else (fan_in - 1) * cta + 1
     inp = make([tokens(pages, 5)], 1, kv_dtype=kv_dtype)
-    _, _, total, per_warp, cta_pages = division(inp, None)
-    assert total == pages and per_warp == fewest and -(-total // cta_pages) == fan_in
+    _, _, total, per_warp, cta_pages, _ = division(inp, None)
+    # the segment's pages are units cost .. total - 1
+    assert total == pages + cost and per_warp == fewest
+    assert (total - 1) // cta_pages - cost // cta_pages + 1 == fan_in
     check_output(run_op(inp, None), inp, None)
     check_bitwise_repeat(inp, None)
 
@@ -250,8 +256,8 @@ def test_phase_stamps_build_changes_no_bit(kv_dtype):
     inp = make([131072, 300, 0, 5000], 2, kv_dtype=kv_dtype)
     window = None
     ref = run_op(inp, window).clone()
-    ctas = division(inp, window)[0]
-    stamps = torch.zeros(ctas, 8, 9, dtype=torch.int64, device="cuda")
+    ctas, _, total, per_warp, _, _ = division(inp, window)
+    stamps = torch.zeros(ctas, 8, 9 + 9 + 1, dtype=torch.int64, device="cuda")
     inp.out.fill_(float("nan"))
     plans._ops().balanced_phases(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
                                  window, DEFAULT_SCALE, inp.out, inp.k_scale, inp.v_scale, stamps)
@@ -262,3 +268,8 @@ def test_phase_stamps_build_changes_no_bit(kv_dtype):
     assert bool((s[..., 1:6] >= s[..., :5]).all())
     # Some CTAs merge across CTAs, and some finish a segment.
     assert bool((s[..., 7] > 0).any()) and bool((s[..., 8] > 0).any())
+    # A warp with pages in its share streams at least one piece, and the
+    # first page's wait and page math take cycles; one without streams none.
+    busy = (torch.arange(ctas * 8) * per_warp < total).view(ctas, 8)
+    assert torch.equal(s[..., 18] >= 1, busy)
+    assert bool((s[..., 9 + 1][busy] > 0).all()) and bool((s[..., 9 + 7][busy] > 0).all())

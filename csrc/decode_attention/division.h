@@ -38,8 +38,21 @@ FLINT_HOST_DEVICE SeqExtent seq_extent(const DecodeParams& p, int raw_len) {
   return seq_extent(raw_len, p.window, p.max_blocks);
 }
 
-// Each warp of the grid gets per_warp consecutive pages of the batch's
-// `total`, each CTA the cta_pages of its warps: CTA c holds pages
+// The division counts in units: segment (b, h) -- request b, kv head h --
+// is piece_cost units, then one unit per page. A warp's piece of a segment
+// has a fixed cost besides its pages (q and the scales in, the output or
+// partial out): about one page's time with an fp8 page, while with a bf16 one
+// it hides under the wait for HBM (device run 110), so a warp whose share
+// holds many short segments gets fewer pages.
+constexpr FLINT_HOST_DEVICE int piece_cost_units(KvDtype kv) { return kv == KvDtype::kBf16 ? 0 : 1; }
+
+// A request's units per kv head (none for a request with nothing to attend).
+FLINT_HOST_DEVICE int segment_units(int num_pages, int piece_cost) {
+  return num_pages > 0 ? num_pages + piece_cost : 0;
+}
+
+// Each warp of the grid gets per_warp consecutive units of the batch's
+// `total`, each CTA the cta_pages units of its warps: CTA c holds units
 // [c cta_pages, (c + 1) cta_pages) (clipped to total). per_warp is at least
 // `min_per_warp`: a warp's first pages go out together before the wait, so
 // shares shorter than that would only spread a small call over more CTAs

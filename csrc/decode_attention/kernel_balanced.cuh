@@ -1,13 +1,14 @@
 // Paged decode attention, the work divided by pages on the device.
 //
-// The batch is one sequence of pages: segment (b, h) -- request b, kv head h --
-// holds the n_b attended pages of request b, segments in order b-major, so
-// (b, h) starts at page H P_b + h n_b with P_b = sum_{b' < b} n_b'. A persistent
-// grid of one wave (launch_plan.cpp) gives each warp an equal share of that
-// sequence, `per_warp` consecutive pages, and each CTA the kWarps shares of
-// its warps: the division depends only on the actual lengths, computed in
-// every CTA from seq_lens (a prefix sum) at every call, so a captured CUDA
-// graph stays balanced whatever the lengths.
+// The batch is one sequence of units: segment (b, h) -- request b, kv head h --
+// is u_b = c + n_b units, a piece's fixed cost c (division.h) and then one
+// unit per attended page of request b (u_b = 0 without pages), segments in
+// order b-major, so (b, h) starts at unit H U_b + h u_b with U_b =
+// sum_{b' < b} u_b'. A persistent grid of one wave (launch_plan.cpp) gives
+// each warp an equal share of that sequence, `per_warp` consecutive units, and
+// each CTA the kWarps shares of its warps: the division depends only on the
+// actual lengths, computed in every CTA from seq_lens (a prefix sum) at every
+// call, so a captured CUDA graph stays balanced whatever the lengths.
 //
 // A warp streams its share as pieces (the part of one segment in its share)
 // through one ring of page slots that goes on from piece to piece. A segment
@@ -52,8 +53,8 @@ enum BalancedPhase : int {
   kNumBalancedPhases
 };
 
-struct NoProbe {
-  __device__ __forceinline__ void at(BalancedPhase) const {}
+struct NoProbe : detail::NoStreamProbe {
+  __device__ __forceinline__ void at(BalancedPhase) {}
 };
 
 namespace detail {
@@ -63,16 +64,16 @@ namespace detail {
 // merges read no global memory before their loads of partials).
 struct PieceRecord {
   int b, h, n;         // segment (b, h) of n pages; b < 0: no record
-  int64_t seg_begin;   // its first page in the batch's sequence of pages
+  int64_t seg_begin;   // the unit of its first page in the batch's sequence
   float scale_log2;    // softmax scale x log2(e) (x k_scale)
   float v_scale;
   float sink_log2[kGqa];  // sinks x log2(e)
 };
 
-// Where warp w of this CTA starts: request b, with pages_before = P_b.
+// Where warp w of this CTA starts: request b, with units_before = U_b.
 struct WarpStart {
   int b;
-  int64_t pages_before;
+  int64_t units_before;
 };
 
 template <class Kv, int kWarps, int kStages>
@@ -86,12 +87,12 @@ struct BalancedSmem {
   int last_arrival[2];        // this CTA arrived last at the merge of its first / last segment
 };
 
-// The pages of a segment, found from a page index x of the batch's sequence.
+// The pages of a segment in one warp's share.
 struct Piece {
   int b, h;
   int off, count;  // pages off .. off + count - 1 of the segment; count 0: no piece
   SeqExtent e;     // request b's attended span (e.num_pages = n_b)
-  int64_t seg_begin;
+  int64_t seg_begin;  // the unit of its page 0 (page k at seg_begin + k)
 };
 
 // Partials of the cross-CTA merges: CTA c writes its part of the segment that
@@ -108,8 +109,8 @@ __device__ __forceinline__ int partial_slot(int cta, int first_cta) {
 constexpr int kSmIntakeInFlight = 64 * 1024;
 
 // A block of kPer x 32 kWarps requests from `base`: thread tid's kPer
-// consecutive ones' attended pages n[], the pages of the block's requests
-// before them (excl) and the block's total. One round of loads and one
+// consecutive ones' units n[] (segment_units), the units of the block's
+// requests before them (excl) and the block's total. One round of loads and one
 // barrier; `sums` alternates between two halves so that the next block's
 // scan need not wait for this one's readers.
 template <int kPer>
@@ -119,16 +120,16 @@ struct RequestBlock {
 };
 
 template <int kWarps, int kPer>
-__device__ __forceinline__ RequestBlock<kPer> scan_block(const DecodeParams& p, int base,
-                                                         int64_t (&sums)[2][kWarps], int parity,
-                                                         int tid) {
+__device__ __forceinline__ RequestBlock<kPer> scan_block(const DecodeParams& p, int piece_cost,
+                                                         int base, int64_t (&sums)[2][kWarps],
+                                                         int parity, int tid) {
   const int warp = tid / 32, lane = tid % 32;
   RequestBlock<kPer> r;
   int64_t mine = 0;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int b = base + kPer * tid + i;
-    r.n[i] = b < p.batch ? max(seq_extent(p, p.seq_lens[b]).num_pages, 0) : 0;
+    r.n[i] = b < p.batch ? segment_units(seq_extent(p, p.seq_lens[b]).num_pages, piece_cost) : 0;
     mine += r.n[i];
   }
   const int64_t incl = warp_inclusive_sum(mine, lane);
@@ -156,7 +157,7 @@ __device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord&
 
 // The kernel's body (decode_attention_balanced_kernel below), with its probe.
 template <class Kv, int kWarps, int kStages, class Probe>
-__device__ __forceinline__ void balanced_attention(const DecodeParams& p, const Probe& probe) {
+__device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe& probe) {
   using namespace detail;
   using Smem = BalancedSmem<Kv, kWarps, kStages>;
   static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
@@ -187,23 +188,24 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
     sm.pieces[warp][0].b = sm.pieces[warp][1].b = -1;
     sm.starts[warp].b = -1;
   }
-  RequestBlock<kPer> blk = scan_block<kWarps, kPer>(p, 0, sm.warp_sums, 0, tid);
-  int64_t batch_pages = blk.total;
+  constexpr int kCost = piece_cost_units(Kv::kDtype);
+  RequestBlock<kPer> blk = scan_block<kWarps, kPer>(p, kCost, 0, sm.warp_sums, 0, tid);
+  int64_t batch_units = blk.total;
   int parity = 1;
   for (int base = kBlock; base < p.batch; base += kBlock, parity ^= 1)
-    batch_pages += scan_block<kWarps, kPer>(p, base, sm.warp_sums, parity, tid).total;
-  const Division div = divide_pages(batch_pages * H, grid, kWarps, kStages - 1);
+    batch_units += scan_block<kWarps, kPer>(p, kCost, base, sm.warp_sums, parity, tid).total;
+  const Division div = divide_pages(batch_units * H, grid, kWarps, kStages - 1);
   const int64_t total = div.total, per_warp = div.per_warp, cta_pages = div.cta_pages;
   const int64_t cta_begin = min(cta * cta_pages, total), cta_end = min(cta_begin + cta_pages, total);
 
-  // Each warp's first request: the one whose segments hold page
+  // Each warp's first request: the one whose segments hold unit
   // cta_begin + w per_warp, from the exclusive prefix sum over the requests
-  // (stopping once past this CTA's pages; the first block's scan is reused).
-  int64_t before = 0;  // pages of the requests ahead of this block of them
+  // (stopping once past this CTA's units; the first block's scan is reused).
+  int64_t before = 0;  // units of the requests ahead of this block of them
   for (int base = 0; cta_begin < cta_end && base < p.batch && before * H < cta_end;
        base += kBlock) {
     if (base > 0) {
-      blk = scan_block<kWarps, kPer>(p, base, sm.warp_sums, parity, tid);
+      blk = scan_block<kWarps, kPer>(p, kCost, base, sm.warp_sums, parity, tid);
       parity ^= 1;
     }
     int64_t excl = before + blk.excl;
@@ -234,15 +236,14 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
                      kv + c.h * stride_head, stride_block, p.num_blocks,
                      c.e.start_page + c.off, c.count, ring_base};
   };
-  // The piece after `c` in this share, if any: the next segment (the next
-  // kv head, or the next request with pages).
+  // The piece after `c` in this share, if any: the next segment's pages
+  // (the next kv head, or the next request with pages) before x1.
   auto next_piece = [&](const Piece& c) {
     Piece n = c;
     n.off = 0;
     n.count = 0;
-    const int64_t x = c.seg_begin + c.off + c.count;
-    if (x >= x1) return n;
-    n.seg_begin = c.seg_begin + c.e.num_pages;
+    if (c.seg_begin + c.off + c.count >= x1) return n;
+    n.seg_begin = c.seg_begin + c.e.num_pages + kCost;
     if (++n.h == H) {
       n.h = 0;
       do {
@@ -250,19 +251,24 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
         n.e = seq_extent(p, p.seq_lens[n.b]);
       } while (n.e.num_pages <= 0 && n.b + 1 < p.batch);
     }
-    n.count = static_cast<int>(min(int64_t(n.e.num_pages), x1 - x));
+    n.count = static_cast<int>(max(min(int64_t(n.e.num_pages), x1 - n.seg_begin), int64_t(0)));
     return n;
   };
+  // The first piece: the pages of the segment holding unit x0 from x0 on
+  // (from page 0 where x0 is one of the segment's first kCost units).
   Piece cur{};
   if (x0 < x1) {
     const WarpStart s = sm.starts[warp];
     cur.b = s.b;
     cur.e = seq_extent(p, p.seq_lens[s.b]);
-    const int64_t into = x0 - H * s.pages_before;
-    cur.h = static_cast<int>(into / cur.e.num_pages);
-    cur.off = static_cast<int>(into % cur.e.num_pages);
-    cur.seg_begin = x0 - cur.off;
-    cur.count = static_cast<int>(min(int64_t(cur.e.num_pages - cur.off), x1 - x0));
+    const int units = cur.e.num_pages + kCost;
+    const int64_t into = x0 - H * s.units_before;
+    cur.h = static_cast<int>(into / units);
+    cur.seg_begin = x0 - into % units + kCost;
+    const int64_t from = max(x0, cur.seg_begin);
+    cur.off = static_cast<int>(from - cur.seg_begin);
+    cur.count = static_cast<int>(
+        max(min(cur.seg_begin + cur.e.num_pages, x1) - from, int64_t(0)));
   }
 
   const Ring<Kv, kStages> ring{sm.ring[warp], sm.bars[warp]};
@@ -306,7 +312,9 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
   // NOTE: the caller's __syncwarp orders every lane's reads of the slot first.
   auto issue_next = [&] {
     if (prod.count == 0) return;  // the share is all issued
-    issue_page(ring, prod_span, prod_k, __shfl_sync(kFullMask, bt_cur, prod_k & 31), lane);
+    const int block = __shfl_sync(kFullMask, bt_cur, prod_k & 31);
+    probe.lap(kRefillSync);
+    issue_page(ring, prod_span, prod_k, block, lane, probe);
     if (++prod_k == prod.count) {
       prod_enter_next();
     } else if ((prod_k & 31) == 0) {
@@ -353,6 +361,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
   };
   SegmentInputs ahead;
   if (cur.count > 0) load_inputs(cur, ahead);
+  probe.lap(kPieceSetup);
   while (cur.count > 0) {
     const Piece nxt = next_piece(cur);
 
@@ -365,8 +374,9 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
     const float scale_log2 = p.scale_log2 * in.k_scale * exp2i(q_exp);
 
     WarpState st;
+    probe.lap(kPieceSetup);
     stream_piece(ring, span, issue_next, q, cur.e.start_tok, cur.e.seq_len, scale_log2, g, t,
-                 refill_after_wait, st);
+                 refill_after_wait, st, probe);
 
     if (cur.off == 0 && cur.count == cur.e.num_pages) {
       // ---- a whole segment: normalize with the sink term and store --------
@@ -399,6 +409,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
 
     span = span_of(nxt, span.ring_base + cur.count);
     cur = nxt;
+    probe.lap(kPieceEnd);
   }
 
   probe.at(kStreamed);
@@ -564,7 +575,8 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, const 
 template <class Kv, int kWarps, int kStages>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     decode_attention_balanced_kernel(const __grid_constant__ DecodeParams p) {
-  balanced_attention<Kv, kWarps, kStages>(p, NoProbe{});
+  NoProbe probe;
+  balanced_attention<Kv, kWarps, kStages>(p, probe);
 }
 
 template <class Kv, int kWarps, int kStages>

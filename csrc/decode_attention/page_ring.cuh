@@ -14,6 +14,27 @@
 
 namespace flint::detail {
 
+// Where a warp's stream time goes, piece by piece: each probe.lap() gives the
+// time since the previous one to a section (the balanced kernel's testing
+// build sums them per warp; the operator's build compiles lap() to nothing).
+enum StreamSection : int {
+  kPieceSetup,    // a piece's inputs and q (or, once, the stream's start past the wait)
+  kFirstWait,     // waiting for a piece's first page
+  kPageWait,      // waiting for its other pages
+  kRefillSync,    // a refill's warp sync and block id
+  kRefillArrive,  // its expect_tx (lane 0)
+  kRefillCopy,    // its bulk copy (lane 0)
+  kRefill,        // the rest of a refill: the producer's bookkeeping
+  kPageMath,      // a page's fragments and online softmax
+  kPieceEnd,      // a piece's output or partial
+  kNumStreamSections
+};
+
+// The operator's probe: no stamps.
+struct NoStreamProbe {
+  __device__ __forceinline__ void lap(StreamSection) {}
+};
+
 // One warp's shared memory: its page slots while it streams, then the
 // partial of its last piece (the ring is free once that piece is consumed).
 template <class Kv, int kStages>
@@ -62,14 +83,16 @@ struct PieceSpan {
   }
 };
 
-template <class Kv, int kStages>
+template <class Kv, int kStages, class Probe = NoStreamProbe>
 __device__ __forceinline__ void issue_page(const Ring<Kv, kStages>& ring, const PieceSpan& s, int k,
-                                           int block, int lane) {
+                                           int block, int lane, Probe&& probe = Probe{}) {
   if (lane == 0) {
     const int n = s.ring_base + k;
     ptx::mbarrier_arrive_expect_tx(ring.bar(n), Kv::kPageBytes);
+    probe.lap(kRefillArrive);
     ptx::bulk_copy_g2s(ring.slot(n), s.kv_head + block * s.stride_block, Kv::kPageBytes,
                        ring.bar(n));
+    probe.lap(kRefillCopy);
   }
 }
 
@@ -93,11 +116,13 @@ __device__ __forceinline__ void issue_leading(const Ring<Kv, kStages>& ring, con
 // With refill_after_wait a slot is refilled only once the page the warp waits
 // for has landed: one page fewer in flight, a shorter queue at HBM where the
 // grid streams enough warps.
-template <class Kv, int kStages, class IssueNext>
+// `probe` (kernel_balanced.cuh) is told where the time goes.
+template <class Kv, int kStages, class IssueNext, class Probe>
 __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, const PieceSpan& s,
                                              IssueNext& issue_next, const uint32_t (&q)[16],
                                              int start_tok, int seq_len, float scale_log2, int g,
-                                             int t, bool refill_after_wait, WarpState& st) {
+                                             int t, bool refill_after_wait, WarpState& st,
+                                             Probe& probe) {
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
@@ -110,10 +135,13 @@ __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, cons
     auto refill = [&] {
       __syncwarp();
       issue_next();
+      probe.lap(kRefill);
     };
     const int n = s.ring_base + k;
+    probe.lap(kPageMath);
     if (!refill_after_wait) refill();
     ptx::mbarrier_wait_parity(ring.bar(n), ring.parity(n));
+    probe.lap(k == 0 ? kFirstWait : kPageWait);
     if (refill_after_wait) refill();
     const int page = s.first_page + k;
     uint32_t kf[32], vf[32];
@@ -125,6 +153,7 @@ __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, cons
     st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
     st.l[1] += __shfl_xor_sync(kFullMask, st.l[1], off);
   }
+  probe.lap(kPageMath);
 }
 
 }  // namespace flint::detail

@@ -1,7 +1,8 @@
 // Test-only op flint_testing::balanced_phases: the balanced kernel built with a
 // probe that stamps %globaltimer (ns) as lane 0 of each warp passes each
 // BalancedPhase (decode_attention/kernel_balanced.cuh), into stamps[cta][warp][phase]
-// (0: not reached). Launched as the op launches it (workspace, grid, PDL), so a
+// (0: not reached), and sums the warp's stream cycles by StreamSection
+// (decode_attention/page_ring.cuh). Launched as the op launches it (workspace, grid, PDL), so a
 // CUDA graph of back-to-back calls shows where a call's time goes
 // (benchmarks/phases_row.py). Registered in ops.cpp.
 #include <ATen/core/Tensor.h>
@@ -19,25 +20,58 @@
 namespace flint {
 namespace {
 
+// stamps[cta][warp]: kNumBalancedPhases %globaltimer stamps, then the warp's
+// cycles (%clock64) in each StreamSection between kWaited and kStreamed, then
+// its number of pieces (its kFirstWait laps).
+constexpr int kStampsPerWarp = kNumBalancedPhases + detail::kNumStreamSections + 1;
+
 struct StampProbe {
-  uint64_t* stamps;  // [grid][warps][kNumBalancedPhases]
-  __device__ __forceinline__ void at(BalancedPhase phase) const {
-    if (threadIdx.x % 32 == 0) {
-      const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-      stamps[warp * kNumBalancedPhases + phase] = ptx::global_timer_ns();
+  uint64_t* stamps;  // [grid][warps][kStampsPerWarp]
+  uint64_t last = 0;
+  uint64_t cycles[detail::kNumStreamSections] = {};
+  int pieces = 0;
+
+  __device__ __forceinline__ uint64_t* mine() const {
+    return stamps + (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * kStampsPerWarp;
+  }
+  __device__ __forceinline__ void at(BalancedPhase phase) {
+    const uint64_t now = ptx::global_timer_ns();
+    if (phase == kWaited) {  // the sections count from here (the leading issues' laps dropped)
+      last = ptx::clock_cycles();
+#pragma unroll
+      for (int i = 0; i < detail::kNumStreamSections; ++i) cycles[i] = 0;
+      pieces = 0;
     }
+    if (threadIdx.x % 32 != 0) return;
+    uint64_t* s = mine();
+    s[phase] = now;
+    if (phase == kStreamed) {
+#pragma unroll
+      for (int i = 0; i < detail::kNumStreamSections; ++i) s[kNumBalancedPhases + i] = cycles[i];
+      s[kNumBalancedPhases + detail::kNumStreamSections] = pieces;
+    }
+  }
+  // Unrolled over the sections so that `cycles` stays in registers.
+  __device__ __forceinline__ void lap(detail::StreamSection section) {
+    const uint64_t now = ptx::clock_cycles();
+#pragma unroll
+    for (int i = 0; i < detail::kNumStreamSections; ++i)
+      if (i == section) cycles[i] += now - last;
+    pieces += section == detail::kFirstWait;
+    last = now;
   }
 };
 
 template <class Kv, int kWarps, int kStages>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     balanced_phases_kernel(const __grid_constant__ DecodeParams p, uint64_t* stamps) {
-  balanced_attention<Kv, kWarps, kStages>(p, StampProbe{stamps});
+  StampProbe probe{stamps};
+  balanced_attention<Kv, kWarps, kStages>(p, probe);
 }
 
 }  // namespace
 
-// The op's arguments, then `stamps`: int64 [ctas, warps, kNumBalancedPhases]
+// The op's arguments, then `stamps`: int64 [ctas, warps, kStampsPerWarp]
 // on q's device, ctas the grid the balanced plan launches (flint_testing.division).
 void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
                      const at::Tensor& block_tables, const at::Tensor& seq_lens,
@@ -61,9 +95,9 @@ void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
   C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
   TORCH_CHECK(stamps.scalar_type() == at::kLong && stamps.is_contiguous() &&
                   stamps.device() == q.device() &&
-                  stamps.numel() == int64_t(shape.grid.x) * plan.warps * kNumBalancedPhases,
+                  stamps.numel() == int64_t(shape.grid.x) * plan.warps * kStampsPerWarp,
               "balanced_phases: stamps must be contiguous int64 [", shape.grid.x, ", ", plan.warps,
-              ", ", int(kNumBalancedPhases), "] on ", q.device());
+              ", ", kStampsPerWarp, "] on ", q.device());
   const void* fn = plan.kv == KvDtype::kBf16
                        ? reinterpret_cast<const void*>(&balanced_phases_kernel<detail::KvBf16, 8, 2>)
                        : reinterpret_cast<const void*>(&balanced_phases_kernel<detail::KvFp8, 8, 4>);

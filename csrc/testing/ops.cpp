@@ -82,9 +82,10 @@ std::vector<int64_t> variant_op(int64_t i) {
   return to_ints(variant_plan(static_cast<int>(i)));
 }
 
-// Where the pages of a call go under a balanced plan: [ctas, pages of the
-// busiest CTA, total pages, pages per warp, pages per CTA], from the lengths
-// and the grid the plan launches on q's device.
+// Where the pages of a call go under a balanced plan: [ctas, units of the
+// busiest CTA, total units, units per warp, units per CTA, a segment's units
+// besides its pages] (division.h: a unit is a page or part of a piece's fixed
+// cost), from the lengths and the grid the plan launches on q's device.
 std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  std::optional<int64_t> window, c10::IntArrayRef plan_ints) {
@@ -100,12 +101,14 @@ std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache
   const at::Tensor lens = seq_lens.to(at::kCPU).contiguous();
   int64_t total = 0;
   const int max_blocks = static_cast<int>(block_tables.size(1));
+  const int cost = piece_cost_units(plan.kv);
   for (int64_t b = 0; b < lens.size(0); ++b)
-    total += seq_extent(lens.data_ptr<int32_t>()[b], p.window, max_blocks).num_pages;
+    total += segment_units(seq_extent(lens.data_ptr<int32_t>()[b], p.window, max_blocks).num_pages,
+                           cost);
   total *= p.num_kv_heads;
   const Division d = divide_pages(total, static_cast<int>(shape.grid.x), plan.warps,
                                   plan.stages - 1);
-  return {shape.grid.x, std::min(d.cta_pages, total), total, d.per_warp, d.cta_pages};
+  return {shape.grid.x, std::min(d.cta_pages, total), total, d.per_warp, d.cta_pages, cost};
 }
 
 }  // namespace

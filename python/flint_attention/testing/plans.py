@@ -55,9 +55,11 @@ class Plan:
 
     def balance(self, seq_lens, window: int | None, num_kv_heads: int, max_blocks: int | None = None,
                 device=None) -> tuple[int, float]:
-        """(pages of the busiest CTA, mean pages per CTA of the grid) of a call
+        """(units of the busiest CTA, mean units per CTA of the grid) of a call
         with these lengths under this (balanced) plan, from the division the
-        kernel computes on the device."""
+        kernel computes on the device. A unit is a page, or part of a piece's
+        fixed cost (fp8: one unit per segment; bf16: none, units are pages:
+        csrc/decode_attention/division.h)."""
         if self.kind != "balanced":
             raise ValueError(f"balance: {self.name} is a split plan; only the balanced kernel "
                              "divides the pages (flint_testing.division)")
@@ -68,8 +70,8 @@ class Plan:
         q = torch.empty(len(lens), 8 * num_kv_heads, 128, dtype=torch.bfloat16, device=device)
         kv = torch.empty(1, num_kv_heads, 16, 256, dtype=torch.bfloat16, device=device)
         bt = torch.empty(len(lens), max_blocks, dtype=torch.int32, device=device)
-        ctas, busiest, total, _, _ = _ops().division(q, kv, bt, lens.to(device), window,
-                                                     self.to_ints())
+        ctas, busiest, total = _ops().division(q, kv, bt, lens.to(device), window,
+                                               self.to_ints())[:3]
         return busiest, total / ctas
 
 
