@@ -15,7 +15,9 @@
 #   phases     benchmarks/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
 #   bench      benchmarks/bench_decode.py (BENCH_ARGS; peers from .whl and .peers,
 #              carried: benchmarks/WHEELS.md, PEERS.md)
-#   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan [fp8]; ...")
+#   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan [fp8]; ..."),
+#              NCU_SECTIONS (default: speed of light, warp states, launch, occupancy,
+#              compute workload -- pipe utilization -- and instruction mix)
 #   demo       python -m flint_attention
 # Record what each call showed in benchmarks/logs/ (the session's file).
 set -u -o pipefail
@@ -96,8 +98,8 @@ for step in "$@"; do
       IFS=';' read -ra specs <<<"${NCU_SPECS:-b1_l8k default; b1_l8k legacy}"
       for spec in "${specs[@]}"; do
         set -- $spec
-        timeout 90 ncu --clock-control none -k regex:decode_attention -s 20 -c 1 --section SpeedOfLight \
-          --section WarpStateStats --section LaunchStats --section Occupancy \
+        timeout 90 ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \
+          ${NCU_SECTIONS:---section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis --section InstructionStats} \
           python3 benchmarks/ncu_row.py "$1" "$2" ${3:-} >"$OUT/ncu_$1_$2${3:-}.txt" 2>&1
         note "ncu $1 $2 ${3:-}: $(grep -E 'Duration' "$OUT/ncu_$1_$2${3:-}.txt" | tr -s ' ' | tr '\n' ' ')"
       done ;;
