@@ -14,7 +14,6 @@ stream's sections (StreamSection in csrc/decode_attention/page_ring.cuh).
 from __future__ import annotations
 
 import argparse
-import bisect
 import statistics
 
 import torch

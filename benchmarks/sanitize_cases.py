@@ -12,13 +12,14 @@ run that is silently wrong still fails.
 slow); --defaults: the op's default plans only, one kernel of each kind per
 format; --case I: of those, the I-th only; --kv bf16|fp8: one format only;
 --balanced: the balanced machinery only (--balanced-case I: its I-th launch
-only, counting from 0 over both formats); --num-cases: print how many default
+only, counting from 0 over the formats run); --num-cases: print how many default
 cases there are.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 
 import torch
@@ -40,12 +41,11 @@ CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5
 
 
 PICK = int(sys.argv[sys.argv.index("--balanced-case") + 1]) if "--balanced-case" in sys.argv else None
-RUNS = [0]
+LAUNCHES = itertools.count()  # run()'s calls so far (with --balanced-case: the balanced machinery's)
 
 
 def run(plan, seq_lens, kvh, window):
-    RUNS[0] += 1
-    if PICK is not None and plan.kind == "balanced" and RUNS[0] - 1 != PICK:
+    if PICK is not None and next(LAUNCHES) != PICK:
         return
     fp8 = dict(kv_dtype=FP8, k_scale=[0.01 + 0.002 * h for h in range(kvh)], v_scale=0.012) \
         if plan.kv == "fp8" else {}
@@ -65,7 +65,7 @@ def main() -> None:
         return
     only = int(sys.argv[sys.argv.index("--case") + 1]) if "--case" in sys.argv else None
     defaults = only is not None or "--defaults" in sys.argv
-    balanced_only = "--balanced" in sys.argv
+    balanced_only = "--balanced" in sys.argv or PICK is not None
     quick = defaults or balanced_only or "--quick" in sys.argv
     for plan in [] if quick else plans.variants():
         run(plan, [0, 17, 300, 33, 4097], 2, None)
