@@ -69,6 +69,9 @@ __device__ __forceinline__ void mask_v_rows(uint32_t (&rows)[4][W], int page, in
 struct KvBf16 {
   static constexpr KvDtype kDtype = KvDtype::kBf16;
   static constexpr int kElemBytes = 2;
+  // Pages per online-softmax step where a stream takes several (page_ring.cuh):
+  // a bf16 warp waits for HBM, not for its own work.
+  static constexpr int kStepPages = 1;
   static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
   static_assert(kPageBytes == 8192, "16 tokens x [K | V] of 128 bf16");
@@ -182,6 +185,9 @@ struct KvBf16 {
 struct KvFp8 {
   static constexpr KvDtype kDtype = KvDtype::kFp8E4m3;
   static constexpr int kElemBytes = 1;
+  // Two pages per online-softmax step: an fp8 warp is bound by its own chain
+  // of conversions, MMAs and shuffles a page, and two pages' chains overlap.
+  static constexpr int kStepPages = 2;
   static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
   static_assert(kPageBytes == 4096, "16 tokens x [K | V] of 128 e4m3");
@@ -290,49 +296,67 @@ __device__ __forceinline__ int load_q(const uint16_t* q_row, int t, uint32_t (&q
   return Kv::prepare_q(w, q);
 }
 
-// One page of the online softmax: S^T = K Q^T, rescale, O^T += V^T P^T.
+// N pages of the online softmax, one max and rescale round for all of them:
+// S^T = K Q^T per page, rescale, O^T += V^T P^T per page. The pages' MMA
+// chains are independent, so N > 1 gives a warp whose own latency bounds it
+// (fp8: conversions, MMAs and shuffles in one chain a page) work to overlap.
 // `scale_log2` is the softmax scale x log2(e) (x k_scale x 2^e for an fp8 cache).
-template <class Kv>
-__device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint32_t (&v)[32],
-                                            const uint32_t (&q)[16], int page, int start_tok,
-                                            int seq_len, float scale_log2, int g, int t,
-                                            WarpState& st) {
+template <class Kv, int N>
+__device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const uint32_t (&v)[N][32],
+                                             const uint32_t (&q)[16], const int (&page)[N],
+                                             int start_tok, int seq_len, float scale_log2, int g,
+                                             int t, WarpState& st) {
   // S^T[token][head]: k-step c multiplies q[2c], q[2c + 1] with k[2c], k[2c + 1]
   // (token g) and k[16 + 2c], k[16 + 2c + 1] (token g + 8). Two accumulators
-  // break the dependency chain of the 8 MMAs.
-  float sa[4] = {0.f, 0.f, 0.f, 0.f};
-  float sb[4] = {0.f, 0.f, 0.f, 0.f};
+  // a page break the dependency chain of its 8 MMAs.
+  // s[i][0], s[i][1]: token g of page i, heads 2t, 2t+1; s[i][2], s[i][3]: token g + 8.
+  float s[N][4];
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    const uint32_t a[4] = {k[2 * c], k[16 + 2 * c], k[2 * c + 1], k[16 + 2 * c + 1]};
-    Kv::mma(c % 2 == 0 ? sa : sb, a, q[2 * c], q[2 * c + 1]);
+  for (int i = 0; i < N; ++i) {
+    float sa[4] = {0.f, 0.f, 0.f, 0.f};
+    float sb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const uint32_t a[4] = {k[i][2 * c], k[i][16 + 2 * c], k[i][2 * c + 1], k[i][16 + 2 * c + 1]};
+      Kv::mma(c % 2 == 0 ? sa : sb, a, q[2 * c], q[2 * c + 1]);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[i][e] = sa[e] + sb[e];
+    const int pos = page[i] * kPageTokens + g;
+    if (pos < start_tok || pos >= seq_len) s[i][0] = s[i][1] = neg_inf();
+    if (pos + 8 < start_tok || pos + 8 >= seq_len) s[i][2] = s[i][3] = neg_inf();
   }
-  // s[0], s[1]: token g, heads 2t, 2t+1; s[2], s[3]: token g + 8.
-  float s[4] = {sa[0] + sb[0], sa[1] + sb[1], sa[2] + sb[2], sa[3] + sb[3]};
-  const int pos = page * kPageTokens + g;
-  if (pos < start_tok || pos >= seq_len) s[0] = s[1] = neg_inf();
-  if (pos + 8 < start_tok || pos + 8 >= seq_len) s[2] = s[3] = neg_inf();
 
   // Every page holds at least one attended token, but its logits may all be
   // -inf: softmax_shift keeps the weights 0 then.
-  float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+  float mx[2] = {fmaxf(s[0][0], s[0][2]), fmaxf(s[0][1], s[0][3])};
+#pragma unroll
+  for (int i = 1; i < N; ++i) {
+    mx[0] = fmaxf(mx[0], fmaxf(s[i][0], s[i][2]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[i][1], s[i][3]));
+  }
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
     mx[0] = fmaxf(mx[0], __shfl_xor_sync(kFullMask, mx[0], off));
     mx[1] = fmaxf(mx[1], __shfl_xor_sync(kFullMask, mx[1], off));
   }
-  float alpha[2], p[4];
+  float alpha[2], p[N][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float m_new = fmaxf(st.m[h], mx[h]);
     const float shift = softmax_shift(m_new * scale_log2);
     // An unchanged max keeps the old terms' weight at exactly 1 (not ex2 of
-    // the fma's rounding residual), so most pages skip the rescale below.
+    // the fma's rounding residual), so most steps skip the rescale below.
     alpha[h] = m_new == st.m[h] ? 1.f : ptx::ex2(fmaf(st.m[h], scale_log2, -shift));
-    p[h] = ptx::ex2(fmaf(s[h], scale_log2, -shift));
-    p[h + 2] = ptx::ex2(fmaf(s[h + 2], scale_log2, -shift));
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      p[i][h] = ptx::ex2(fmaf(s[i][h], scale_log2, -shift));
+      p[i][h + 2] = ptx::ex2(fmaf(s[i][h + 2], scale_log2, -shift));
+      sum = i == 0 ? p[i][h] + p[i][h + 2] : sum + (p[i][h] + p[i][h + 2]);
+    }
     st.m[h] = m_new;
-    st.l[h] = st.l[h] * alpha[h] + (p[h] + p[h + 2]);
+    st.l[h] = st.l[h] * alpha[h] + sum;
   }
   if (__any_sync(kFullMask, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
@@ -344,26 +368,41 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
     }
   }
 
-  // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][head g],
-  // held by lanes 8t + g/2 (token 2t) and 8t + g/2 + 4 (token 2t+1), in the
-  // half g % 2 of their (head 2t', 2t'+1) pairs.
-  const uint32_t x = Kv::pack_p(p[0], p[1]);
-  const uint32_t y = Kv::pack_p(p[2], p[3]);
-  const int src = 8 * t + (g >> 1);
-  const uint32_t x0 = __shfl_sync(kFullMask, x, src), x1 = __shfl_sync(kFullMask, x, src + 4);
-  const uint32_t y0 = __shfl_sync(kFullMask, y, src), y1 = __shfl_sync(kFullMask, y, src + 4);
-  const uint32_t sel = (g & 1) ? 0x7632u : 0x5410u;
-  const uint32_t b0 = ptx::prmt(x0, x1, sel), b1 = ptx::prmt(y0, y1, sel);
-
-  // O^T[dim][head] += V^T P^T. m-tile j: rows g, g+8 are dims d0, d0+1 with
-  // d0 = o_tile_dim(j, g).
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    uint32_t a[4];
-    Kv::v_operand(v, j, a);
-    float(&acc)[4] = *reinterpret_cast<float(*)[4]>(&st.o[4 * j]);
-    Kv::mma(acc, a, b0, b1);
+  for (int i = 0; i < N; ++i) {
+    // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][head g],
+    // held by lanes 8t + g/2 (token 2t) and 8t + g/2 + 4 (token 2t+1), in the
+    // half g % 2 of their (head 2t', 2t'+1) pairs.
+    const uint32_t x = Kv::pack_p(p[i][0], p[i][1]);
+    const uint32_t y = Kv::pack_p(p[i][2], p[i][3]);
+    const int src = 8 * t + (g >> 1);
+    const uint32_t x0 = __shfl_sync(kFullMask, x, src), x1 = __shfl_sync(kFullMask, x, src + 4);
+    const uint32_t y0 = __shfl_sync(kFullMask, y, src), y1 = __shfl_sync(kFullMask, y, src + 4);
+    const uint32_t sel = (g & 1) ? 0x7632u : 0x5410u;
+    const uint32_t b0 = ptx::prmt(x0, x1, sel), b1 = ptx::prmt(y0, y1, sel);
+
+    // O^T[dim][head] += V^T P^T. m-tile j: rows g, g+8 are dims d0, d0+1 with
+    // d0 = o_tile_dim(j, g).
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t a[4];
+      Kv::v_operand(v[i], j, a);
+      float(&acc)[4] = *reinterpret_cast<float(*)[4]>(&st.o[4 * j]);
+      Kv::mma(acc, a, b0, b1);
+    }
   }
+}
+
+// One page of it.
+template <class Kv>
+__device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint32_t (&v)[32],
+                                            const uint32_t (&q)[16], int page, int start_tok,
+                                            int seq_len, float scale_log2, int g, int t,
+                                            WarpState& st) {
+  const int pages[1] = {page};
+  attend_pages<Kv, 1>(reinterpret_cast<const uint32_t(&)[1][32]>(k),
+                      reinterpret_cast<const uint32_t(&)[1][32]>(v), q, pages, start_tok, seq_len,
+                      scale_log2, g, t, st);
 }
 
 // ---- a warp's state as a partial in shared memory --------------------------------

@@ -292,9 +292,10 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
 
   // ---- the producer: the ring's next position and the page it takes ---------
   // The share's pages are one sequence of ring positions whatever pieces they
-  // fall in: position n is issued once position n - 1 is consumed (n - 1 and
-  // n + kStages - 1 share a slot), kStages - 1 ahead of the consumer, so a
-  // run of short pieces keeps the ring as full as one long piece. Its block
+  // fall in: position n + kStages - 1 is issued once position n - 1 (its
+  // slot) is consumed, before the step that consumes n (stream_piece's
+  // fill_to), so a run of short pieces keeps the ring as full as one long
+  // piece. Its block
   // ids come 32 pages at a time per piece; moving onto a piece loads them,
   // used at the next issue (a consumed page later).
   // bt_cur / bt_next: the producer's piece's block ids (lane i: pages i and
@@ -322,15 +323,13 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
       bt_next = prod_span.block_at(prod_k + 32 + lane);
     }
   };
+  // Issues ring positions up to `end` (exclusive), or the share's last.
+  auto fill_to = [&](int end) {
+    while (prod.count > 0 && prod_span.ring_base + prod_k < end) issue_next();
+  };
   if (prod.count > 0 && prod_k == prod.count) prod_enter_next();
   // A first piece shorter than kStages - 1 pages: the next pieces' fill the rest.
-#pragma unroll
-  for (int i = 1; i < kStages - 1; ++i) {
-    if (i >= cur.count) {
-      __syncwarp();
-      issue_next();
-    }
-  }
+  fill_to(kStages - 1);
 
   // ---- stream the pieces ---------------------------------------------------
   // Refilled after the wait, a ring keeps one page fewer in flight (a shorter
@@ -375,7 +374,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
 
     WarpState st;
     probe.lap(kPieceSetup);
-    stream_piece(ring, span, issue_next, q, cur.e.start_tok, cur.e.seq_len, scale_log2, g, t,
+    stream_piece(ring, span, fill_to, q, cur.e.start_tok, cur.e.seq_len, scale_log2, g, t,
                  refill_after_wait, st, probe);
 
     if (cur.off == 0 && cur.count == cur.e.num_pages) {

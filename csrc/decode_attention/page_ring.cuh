@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "decode_attention/common.cuh"
 #include "decode_attention/fragments.cuh"
@@ -109,44 +110,60 @@ __device__ __forceinline__ void issue_leading(const Ring<Kv, kStages>& ring, con
   }
 }
 
-// Streams the piece `s` (its ring positions issued kStages - 1 ahead of the
-// one waited for) through the online softmax into `st`, and returns with st.l
-// summed over the warp's lanes. Each page it consumes frees a slot for
-// issue_next(), the warp's next ring position whatever piece it belongs to.
-// With refill_after_wait a slot is refilled only once the page the warp waits
-// for has landed: one page fewer in flight, a shorter queue at HBM where the
-// grid streams enough warps.
+// Streams the piece `s` through the online softmax into `st`, Kv::kStepPages
+// pages a step (one max and rescale round; a piece's odd last page alone),
+// and returns with st.l summed over the warp's lanes. Before a step consumes
+// positions n .. n + N - 1, fill_to(n + kStages) issues every position below
+// n + kStages: the slots of the positions before n, consumed, take the
+// warp's next ones whatever piece they belong to.
+// With refill_after_wait a step refills only once its pages have landed:
+// fewer pages in flight, a shorter queue at HBM where the grid streams
+// enough warps.
 // `probe` (kernel_balanced.cuh) is told where the time goes.
-template <class Kv, int kStages, class IssueNext, class Probe>
+template <class Kv, int kStages, class FillTo, class Probe>
 __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, const PieceSpan& s,
-                                             IssueNext& issue_next, const uint32_t (&q)[16],
+                                             FillTo& fill_to, const uint32_t (&q)[16],
                                              int start_tok, int seq_len, float scale_log2, int g,
                                              int t, bool refill_after_wait, WarpState& st,
                                              Probe& probe) {
+  constexpr int kStep = Kv::kStepPages;
+  static_assert(kStep < kStages, "a step leaves a slot in flight");
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
 
-  for (int k = 0; k < s.count; ++k) {
-    // Position n + kStages - 1 into the slot of n - 1, consumed in the
-    // previous iteration. NOTE: every lane's shared-memory reads of that slot
-    // must be done before lane 0 hands it to the copy engine.
+  auto step = [&](int k, auto num_pages) {
+    constexpr int N = decltype(num_pages)::value;
+    const int n = s.ring_base + k;
+    // NOTE: every lane's shared-memory reads of the slots being refilled
+    // (the previous steps') must be done before lane 0 hands them to the
+    // copy engine.
     auto refill = [&] {
       __syncwarp();
-      issue_next();
+      fill_to(n + kStages);
       probe.lap(kRefill);
     };
-    const int n = s.ring_base + k;
     probe.lap(kPageMath);
     if (!refill_after_wait) refill();
-    ptx::mbarrier_wait_parity(ring.bar(n), ring.parity(n));
+#pragma unroll
+    for (int i = 0; i < N; ++i) ptx::mbarrier_wait_parity(ring.bar(n + i), ring.parity(n + i));
     probe.lap(k == 0 ? kFirstWait : kPageWait);
     if (refill_after_wait) refill();
-    const int page = s.first_page + k;
-    uint32_t kf[32], vf[32];
-    Kv::load_page(ptx::smem_addr(ring.slot(n)), page, start_tok, seq_len, g, t, kf, vf);
-    attend_page<Kv>(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
+    uint32_t kf[N][32], vf[N][32];
+    int pages[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      pages[i] = s.first_page + k + i;
+      Kv::load_page(ptx::smem_addr(ring.slot(n + i)), pages[i], start_tok, seq_len, g, t, kf[i],
+                    vf[i]);
+    }
+    attend_pages<Kv, N>(kf, vf, q, pages, start_tok, seq_len, scale_log2, g, t, st);
+  };
+  int k = 0;
+  for (; k + kStep <= s.count; k += kStep) step(k, std::integral_constant<int, kStep>{});
+  if constexpr (kStep > 1) {
+    for (; k < s.count; ++k) step(k, std::integral_constant<int, 1>{});
   }
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
