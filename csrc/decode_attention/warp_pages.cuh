@@ -143,8 +143,9 @@ __device__ __forceinline__ void stream_pages(const WarpPages<Kv, kStages>& w, in
                                              WarpState& st,
                                              const NextPages<Kv, kStages>* next = nullptr,
                                              bool refill_after_wait = false) {
-  constexpr int kStep = Kv::kStepPages;
-  static_assert(kStep < kStages, "a step leaves a slot in flight");
+  // A step's pages hold their slots through its math: several pages a step
+  // only where the rest of the ring, twice the step, stays in flight.
+  constexpr int kStep = kStages >= 3 * Kv::kStepPages ? Kv::kStepPages : 1;
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
