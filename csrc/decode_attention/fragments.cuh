@@ -69,8 +69,8 @@ __device__ __forceinline__ void mask_v_rows(uint32_t (&rows)[4][W], int page, in
 struct KvBf16 {
   static constexpr KvDtype kDtype = KvDtype::kBf16;
   static constexpr int kElemBytes = 2;
-  // Pages per online-softmax step where a stream takes several (page_ring.cuh):
-  // a bf16 warp waits for HBM, not for its own work.
+  // Pages per online-softmax step of the balanced kernel's stream
+  // (page_ring.cuh): a bf16 warp waits for HBM, not for its own work.
   static constexpr int kStepPages = 1;
   static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
@@ -185,8 +185,8 @@ struct KvBf16 {
 struct KvFp8 {
   static constexpr KvDtype kDtype = KvDtype::kFp8E4m3;
   static constexpr int kElemBytes = 1;
-  // Two pages per online-softmax step: an fp8 warp is bound by its own chain
-  // of conversions, MMAs and shuffles a page, and two pages' chains overlap.
+  // Two: an fp8 warp's own work is most of its time, and two pages share one
+  // max / rescale round and overlap their chains of loads, conversions and MMAs.
   static constexpr int kStepPages = 2;
   static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;

@@ -21,8 +21,6 @@ struct Variant {
 constexpr Variant kVariants[] = {
     {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
     {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 4, 0, balanced_fp8_w8_s4},
-    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 5, 0, balanced_fp8_w8_s5},
-    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 6, 0, balanced_fp8_w8_s6},
     {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_bf16_w4_s2},
     {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_bf16_w4_s3},
     {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_bf16_w8_s2},

@@ -1,11 +1,10 @@
 // One warp's page stream in the split and warp-per-head kernels, for either
 // cache format (Kv: fragments.cuh's KvBf16 or KvFp8): the bulk copy of a page
-// into a ring slot, the ring that feeds attend_pages, and the scales of a kv
+// into a ring slot, the ring that feeds attend_page (one page a step), and the scales of a kv
 // head's logits and output.
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "decode_attention/common.cuh"
 #include "decode_attention/fragments.cuh"
@@ -130,10 +129,7 @@ struct NextPages {
 };
 
 // Streams all of the warp's pages through the online softmax (the leading
-// ones already issued), Kv::kStepPages pages a step (the odd last page alone);
-// returns with st.l summed over the warp's lanes. Before a step consumes pages
-// k .. k + N - 1, every page below k + kStages is issued: the slots of the
-// pages before k, consumed, take them.
+// ones already issued); returns with st.l summed over the warp's lanes.
 // kChain: the slots this stream frees last take `next`'s leading pages, so
 // the ring never drains between two pairs (needs w.n_pages >= kStages - 1).
 template <class Kv, int kStages, bool kChain = false>
@@ -143,69 +139,42 @@ __device__ __forceinline__ void stream_pages(const WarpPages<Kv, kStages>& w, in
                                              WarpState& st,
                                              const NextPages<Kv, kStages>* next = nullptr,
                                              bool refill_after_wait = false) {
-  // A step's pages hold their slots through its math: several pages a step
-  // only where the rest of the ring, twice the step, stays in flight.
-  constexpr int kStep = kStages >= 3 * Kv::kStepPages ? Kv::kStepPages : 1;
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
 
-  // Page kn into the slot of page kn - kStages, consumed.
-  auto issue = [&](int kn) {
-    if ((kn & 31) == 0) {
-      bt_cur = bt_next;
-      bt_next = w.block_at(kn + 32 + lane);
-    }
-    const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
-    if (kn < w.n_pages) {
-      w.issue(kn, blk, lane);
-    } else if constexpr (kChain) {
-      // Ring position ring_base + kn is the next pages' page kn - n_pages.
-      const int j = kn - w.n_pages;
-      const int next_blk = __shfl_sync(kFullMask, next->bt, j & 31);
-      if (j < kStages - 1 && j < next->pages.n_pages) next->pages.issue(j, next_blk, lane);
-    }
-  };
-  int issued = kStages - 1;  // pages below this are issued
-  auto step = [&](int k, auto num_pages) {
-    constexpr int N = decltype(num_pages)::value;
+  for (int k = 0; k < w.n_pages; ++k) {
     auto refill = [&] {
-      // NOTE: every lane's shared-memory reads of those slots (the previous
-      // steps') must be done before lane 0 hands them to the copy engine.
+      // Refill the slot consumed in the previous iteration with page k + kStages - 1.
+      const int kn = k + kStages - 1;
+      if ((kn & 31) == 0) {
+        bt_cur = bt_next;
+        bt_next = w.block_at(kn + 32 + lane);
+      }
+      // NOTE: every lane's shared-memory reads of that slot (previous
+      // iteration) must be done before lane 0 hands it to the copy engine.
       __syncwarp();
-      if constexpr (kStep == 1) {
-        issue(k + kStages - 1);
-      } else {
-        for (; issued < k + kStages; ++issued) issue(issued);
+      const int blk = __shfl_sync(kFullMask, bt_cur, kn & 31);
+      if (kn < w.n_pages) {
+        w.issue(kn, blk, lane);
+      } else if constexpr (kChain) {
+        // Ring position ring_base + kn is the next pages' page kn - n_pages.
+        const int j = kn - w.n_pages;
+        const int next_blk = __shfl_sync(kFullMask, next->bt, j & 31);
+        if (j < kStages - 1 && j < next->pages.n_pages) next->pages.issue(j, next_blk, lane);
       }
     };
-    // Refilled after the wait, the ring keeps fewer pages in flight: where
+    // Refilled after the wait, the ring keeps one page fewer in flight: where
     // the grid streams enough warps, fewer bytes queue at HBM in front of
     // everyone's next page (see launch_plan.cpp).
     if (!refill_after_wait) refill();
-#pragma unroll
-    for (int i = 0; i < N; ++i) ptx::mbarrier_wait_parity(w.bar_of(k + i), w.parity_of(k + i));
+    ptx::mbarrier_wait_parity(w.bar_of(k), w.parity_of(k));
     if (refill_after_wait) refill();
-    uint32_t kf[N][32], vf[N][32];
-    int pages[N];
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      pages[i] = w.first_page + (k + i) * w.step;
-      Kv::load_page(ptx::smem_addr(w.slot_of(k + i)), pages[i], start_tok, seq_len, g, t, kf[i],
-                    vf[i]);
-    }
-    attend_pages<Kv, N>(kf, vf, q, pages, start_tok, seq_len, scale_log2, g, t, st);
-  };
-  int k = 0;
-  for (; k + kStep <= w.n_pages; k += kStep) step(k, std::integral_constant<int, kStep>{});
-  if constexpr (kStep > 1) {
-    for (; k < w.n_pages; ++k) step(k, std::integral_constant<int, 1>{});
-  }
-  if constexpr (kChain && kStep > 1) {
-    // A last step of N pages left the next pages' last N - 1 leading ones.
-    __syncwarp();
-    for (; issued < w.n_pages + kStages - 1; ++issued) issue(issued);
+    const int page = w.first_page + k * w.step;
+    uint32_t kf[32], vf[32];
+    Kv::load_page(ptx::smem_addr(w.slot_of(k)), page, start_tok, seq_len, g, t, kf, vf);
+    attend_page<Kv>(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
   }
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {

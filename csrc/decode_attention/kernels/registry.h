@@ -13,8 +13,6 @@ struct KernelEntry {
 // What plan_launch picks (launch_plan.cpp), nothing else.
 KernelEntry balanced_bf16_w8_s2();
 KernelEntry balanced_fp8_w8_s4();
-KernelEntry balanced_fp8_w8_s5();
-KernelEntry balanced_fp8_w8_s6();
 KernelEntry split_bf16_w4_s2();
 KernelEntry split_bf16_w4_s3();
 KernelEntry split_bf16_w8_s2();
