@@ -295,9 +295,8 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   // fall in: position n + kStages - 1 is issued once position n - 1 (its
   // slot) is consumed, before the step that consumes n (stream_piece's
   // fill_to), so a run of short pieces keeps the ring as full as one long
-  // piece. Its block
-  // ids come 32 pages at a time per piece; moving onto a piece loads them,
-  // used at the next issue (a consumed page later).
+  // piece. Its block ids come 32 pages at a time per piece; moving onto a
+  // piece loads them, used at the next issue (a consumed page later).
   // bt_cur / bt_next: the producer's piece's block ids (lane i: pages i and
   // i + 32 of its current 32-page block).
   Piece prod = cur;

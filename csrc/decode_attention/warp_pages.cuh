@@ -1,7 +1,7 @@
 // One warp's page stream in the split and warp-per-head kernels, for either
 // cache format (Kv: fragments.cuh's KvBf16 or KvFp8): the bulk copy of a page
-// into a ring slot, the ring that feeds attend_page (one page a step), and the scales of a kv
-// head's logits and output.
+// into a ring slot, the ring that feeds attend_page (one page a step), and the
+// scales of a kv head's logits and output.
 #pragma once
 
 #include <cstdint>
