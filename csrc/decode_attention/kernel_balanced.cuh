@@ -309,22 +309,20 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
     bt_cur = prod_span.block_at(lane);
     bt_next = prod_span.block_at(lane + 32);
   };
-  // NOTE: the caller's __syncwarp orders every lane's reads of the slot first.
-  auto issue_next = [&] {
-    if (prod.count == 0) return;  // the share is all issued
-    const int block = __shfl_sync(kFullMask, bt_cur, prod_k & 31);
-    probe.lap(kRefillSync);
-    issue_page(ring, prod_span, prod_k, block, lane, probe);
-    if (++prod_k == prod.count) {
-      prod_enter_next();
-    } else if ((prod_k & 31) == 0) {
-      bt_cur = bt_next;
-      bt_next = prod_span.block_at(prod_k + 32 + lane);
-    }
-  };
-  // Issues ring positions up to `end` (exclusive), or the share's last.
+  // Issues the ring positions before `end`, or up to the share's last.
+  // NOTE: the caller's __syncwarp orders every lane's reads of the slots first.
   auto fill_to = [&](int end) {
-    while (prod.count > 0 && prod_span.ring_base + prod_k < end) issue_next();
+    while (prod.count > 0 && prod_span.ring_base + prod_k < end) {
+      const int block = __shfl_sync(kFullMask, bt_cur, prod_k & 31);
+      probe.lap(kRefillSync);
+      issue_page(ring, prod_span, prod_k, block, lane, probe);
+      if (++prod_k == prod.count) {
+        prod_enter_next();
+      } else if ((prod_k & 31) == 0) {
+        bt_cur = bt_next;
+        bt_next = prod_span.block_at(prod_k + 32 + lane);
+      }
+    }
   };
   if (prod.count > 0 && prod_k == prod.count) prod_enter_next();
   // A first piece shorter than kStages - 1 pages: the next pieces' fill the rest.
