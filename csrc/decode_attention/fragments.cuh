@@ -348,13 +348,14 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
     // An unchanged max keeps the old terms' weight at exactly 1 (not ex2 of
     // the fma's rounding residual), so most steps skip the rescale below.
     alpha[h] = m_new == st.m[h] ? 1.f : ptx::ex2(fmaf(st.m[h], scale_log2, -shift));
-    float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       p[i][h] = ptx::ex2(fmaf(s[i][h], scale_log2, -shift));
       p[i][h + 2] = ptx::ex2(fmaf(s[i][h + 2], scale_log2, -shift));
-      sum = i == 0 ? p[i][h] + p[i][h + 2] : sum + (p[i][h] + p[i][h + 2]);
     }
+    float sum = p[0][h] + p[0][h + 2];
+#pragma unroll
+    for (int i = 1; i < N; ++i) sum += p[i][h] + p[i][h + 2];
     st.m[h] = m_new;
     st.l[h] = st.l[h] * alpha[h] + sum;
   }
