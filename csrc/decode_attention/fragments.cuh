@@ -252,14 +252,18 @@ struct KvFp8 {
                                                    uint32_t (&v)[32]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      // Rows g and g + 1 are 256 bytes apart, on the same banks: odd g reads
+      // its two 16-byte halves in the other order, so a quarter-warp's loads
+      // are conflict-free, and a select puts them back.
       const uint32_t row = slot + (g + 8 * r) * kRowBytes + 32 * t;
-      uint32_t a[4], b[4];  // dims 32t .. +15 and 32t + 16 .. +31
-      ptx::ld_shared_u32x4(row, a);
-      ptx::ld_shared_u32x4(row + 16, b);
+      const bool k_swap = g & 1;
+      uint32_t a[4], b[4];  // dims 32t .. +15 and 32t + 16 .. +31 (swapped for odd g)
+      ptx::ld_shared_u32x4(row + (k_swap ? 16 : 0), a);
+      ptx::ld_shared_u32x4(row + (k_swap ? 0 : 16), b);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        to_f16(a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
-        to_f16(b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
+        to_f16(k_swap ? b[j] : a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
+        to_f16(k_swap ? a[j] : b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
       }
     }
     // V: raw[r][w] holds dims 16g + 4w .. + 3 of token 2t + (r & 1) + 8(r >> 1).
@@ -346,7 +350,7 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
     const float m_new = fmaxf(st.m[h], mx[h]);
     const float shift = softmax_shift(m_new * scale_log2);
     // An unchanged max keeps the old terms' weight at exactly 1 (not ex2 of
-    // the fma's rounding residual), so most steps skip the rescale below.
+    // the fma's rounding residual).
     alpha[h] = m_new == st.m[h] ? 1.f : ptx::ex2(fmaf(st.m[h], scale_log2, -shift));
 #pragma unroll
     for (int i = 0; i < N; ++i) {
@@ -359,14 +363,15 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
     st.m[h] = m_new;
     st.l[h] = st.l[h] * alpha[h] + sum;
   }
-  if (__any_sync(kFullMask, alpha[0] != 1.f || alpha[1] != 1.f)) {
+  // Every step rescales: a vote to skip it when no max moved put a branch
+  // between the softmax and the O^T MMAs, which a warp alone on its
+  // scheduler pays in latency.
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      st.o[4 * j] *= alpha[0];
-      st.o[4 * j + 1] *= alpha[1];
-      st.o[4 * j + 2] *= alpha[0];
-      st.o[4 * j + 3] *= alpha[1];
-    }
+  for (int j = 0; j < 8; ++j) {
+    st.o[4 * j] *= alpha[0];
+    st.o[4 * j + 1] *= alpha[1];
+    st.o[4 * j + 2] *= alpha[0];
+    st.o[4 * j + 3] *= alpha[1];
   }
 
 #pragma unroll
