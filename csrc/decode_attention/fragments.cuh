@@ -21,6 +21,7 @@
 #include "decode_attention/common.cuh"
 #include "decode_attention/numerics.h"
 #include "decode_attention/params.h"
+#include "ptx/bulk_copy.cuh"
 #include "ptx/convert.cuh"
 #include "ptx/memory.cuh"
 #include "ptx/mma.cuh"
@@ -75,6 +76,15 @@ struct KvBf16 {
   static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
   static_assert(kPageBytes == 8192, "16 tokens x [K | V] of 128 bf16");
+  static constexpr int kSlotAlign = 16;  // bulk copies
+
+  __device__ __forceinline__ static void prefetch_map(const KvTensorMap* /*map*/) {}
+  // A page into a ring slot: one bulk copy of its 8 KB as they lie in the cache.
+  __device__ __forceinline__ static void copy_page(void* dst, const uint8_t* page,
+                                                   const KvTensorMap* /*map*/, int /*head*/,
+                                                   int /*block*/, ptx::Mbarrier& bar) {
+    ptx::bulk_copy_g2s(dst, page, kPageBytes, bar);
+  }
 
   __device__ __forceinline__ static int chunk_dim(int g, int h) {
     return 64 * h + 8 * (h == 1 ? g ^ 4 : g);
@@ -176,12 +186,15 @@ struct KvBf16 {
 //
 // q / K dims of q[w]: 32t + 2w, +1 (each lane's 32 dims contiguous: 32 bytes
 // of a K row). V: chunk_dim(g, h) = 16g + 8h (16 contiguous bytes of a V row).
-// Rows are 256 bytes apart (bank group = 16-byte column % 8 again): a
-// quarter-warp's K reads are 2-way conflicted (rows g, g + 1 at the same
-// columns; swapping halves for odd g, as bf16 does, would cost a select per
-// word, more than the conflict's extra shared-memory cycles), and its
-// four t read the same V column of four rows, a 4-way conflict the layout
-// cannot avoid (each lane needs the dims of its rows g).
+//
+// A ring slot holds a page as two boxes of the cache's tensor map
+// (DecodeParams::kv_map), K then V, each 16 token rows x 128 bytes with
+// 128-byte swizzle: 16-byte chunk c of row T lies at chunk c ^ (T % 8) (slots
+// are 1024-byte aligned, the swizzle's period). Unswizzled, rows of the same
+// chunk share banks: a quarter-warp (g, g + 1 x four t) would read K's rows
+// g, g + 1 at the same chunks (2-way) and V's chunk g of four rows (4-way).
+// Swizzled, K's chunks 2t ^ g, (2t + 1) ^ g and V's g ^ (2t + (r & 1)) are
+// eight distinct chunks per quarter-warp: every read is conflict-free.
 struct KvFp8 {
   static constexpr KvDtype kDtype = KvDtype::kFp8E4m3;
   static constexpr int kElemBytes = 1;
@@ -191,6 +204,27 @@ struct KvFp8 {
   static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
   static_assert(kPageBytes == 4096, "16 tokens x [K | V] of 128 e4m3");
+  static constexpr int kBoxBytes = kPageTokens * kHeadDim;  // a page's K (or V) box
+  static constexpr int kSlotAlign = 1024;                   // the 128-byte swizzle's period
+
+  // At a kernel's start (the map is a kernel parameter, not written by a
+  // predecessor): the first page's copy does not wait for the descriptor.
+  __device__ __forceinline__ static void prefetch_map(const KvTensorMap* map) {
+    ptx::prefetch_tensormap(map);
+  }
+  // A page into a ring slot: its K box (c0 = 0) and V box (c0 = 128) of the
+  // tensor map, at kv head `head` of block `block`.
+  __device__ __forceinline__ static void copy_page(void* dst, const uint8_t* /*page*/,
+                                                   const KvTensorMap* map, int head, int block,
+                                                   ptx::Mbarrier& bar) {
+    const uint32_t d = ptx::smem_addr(dst), b = ptx::smem_addr(&bar);
+    ptx::tensor_copy_4d_g2s(d, map, 0, 0, head, block, b);
+    ptx::tensor_copy_4d_g2s(d + kBoxBytes, map, kHeadDim, 0, head, block, b);
+  }
+  // Where 16-byte chunk c of row `row` of a box lies (the 128-byte swizzle).
+  __device__ __forceinline__ static uint32_t chunk_addr(uint32_t box, int row, int c) {
+    return box + row * kHeadDim + ((c ^ (row & 7)) << 4);
+  }
 
   __device__ __forceinline__ static int chunk_dim(int g, int h) { return 16 * g + 8 * h; }
   __device__ __forceinline__ static int o_tile_dim(int j, int g) { return 16 * g + 2 * j; }
@@ -252,18 +286,14 @@ struct KvFp8 {
                                                    uint32_t (&v)[32]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      // Rows g and g + 1 are 256 bytes apart, on the same banks: odd g reads
-      // its two 16-byte halves in the other order, so a quarter-warp's loads
-      // are conflict-free, and a select puts them back.
-      const uint32_t row = slot + (g + 8 * r) * kRowBytes + 32 * t;
-      const bool k_swap = g & 1;
-      uint32_t a[4], b[4];  // dims 32t .. +15 and 32t + 16 .. +31 (swapped for odd g)
-      ptx::ld_shared_u32x4(row + (k_swap ? 16 : 0), a);
-      ptx::ld_shared_u32x4(row + (k_swap ? 0 : 16), b);
+      const int row = g + 8 * r;  // token row; row % 8 == g
+      uint32_t a[4], b[4];        // dims 32t .. +15 and 32t + 16 .. +31
+      ptx::ld_shared_u32x4(chunk_addr(slot, row, 2 * t), a);
+      ptx::ld_shared_u32x4(chunk_addr(slot, row, 2 * t + 1), b);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        to_f16(k_swap ? b[j] : a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
-        to_f16(k_swap ? a[j] : b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
+        to_f16(a[j], k[16 * r + 2 * j], k[16 * r + 2 * j + 1]);
+        to_f16(b[j], k[16 * r + 8 + 2 * j], k[16 * r + 8 + 2 * j + 1]);
       }
     }
     // V: raw[r][w] holds dims 16g + 4w .. + 3 of token 2t + (r & 1) + 8(r >> 1).
@@ -271,11 +301,10 @@ struct KvFp8 {
     // Then prmt pairs the bytes of tokens (2t, 2t+1) and (2t+8, 2t+9) per dim,
     // so each cvt gives an A-operand word of O^T directly: m-tile j = 2w + e
     // (dims 16g + 4w + 2e, +1) from bytes 2e, 2e + 1 of word w.
-    const uint32_t v_row0 = slot + kHeadDim + 2 * t * kRowBytes + 16 * g;
     uint32_t raw[4][4];
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      ptx::ld_shared_u32x4(v_row0 + ((r & 1) + 8 * (r >> 1)) * kRowBytes, raw[r]);
+      ptx::ld_shared_u32x4(chunk_addr(slot + kBoxBytes, 2 * t + (r & 1) + 8 * (r >> 1), g), raw[r]);
     mask_v_rows(raw, page, start_tok, seq_len, t);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {

@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   constexpr int E = kGqa * kHeadDim / (32 * kMergeWarps);
   constexpr int kThreadsPerHead = kHeadDim / E;
 
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(1024) uint8_t smem[];  // fp8 ring slots: KvFp8::kSlotAlign
   using Smem = SplitSmem<Kv, kWarps, kStages, kClusterSplits>;
   static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
   auto& sm = *reinterpret_cast<Smem*>(smem);
@@ -105,6 +105,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
   const bool merges = warp < kMergeWarps;
+  if (tid == 0) Kv::prefetch_map(&p.kv_map);
 
   // ---- this CTA's request and split ---------------------------------------
   // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
@@ -181,6 +182,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       p.block_tables + b * p.bt_stride_b + start_page + gw,
       kv_head_of<Kv>(p, kvh),
       p.kv_stride_block * Kv::kElemBytes,
+      &p.kv_map,
+      kvh,
       p.num_blocks,
       start_page + gw,
       warps_total,

@@ -167,13 +167,14 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   constexpr int kThreadsPerHead = kHeadDim / E;
   static_assert(E == 4 || E == 8, "4 or 8 warps");
 
-  extern __shared__ __align__(128) uint8_t smem_raw[];
+  extern __shared__ __align__(1024) uint8_t smem_raw[];  // fp8 ring slots: KvFp8::kSlotAlign
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
   const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
   const int H = p.num_kv_heads;
   const int cta = blockIdx.x, grid = gridDim.x;
+  if (tid == 0) Kv::prefetch_map(&p.kv_map);
   probe.at(kEntered);
 
   // ---- the division: every CTA computes it from seq_lens -----------------
@@ -233,7 +234,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   const int64_t stride_head = p.kv_stride_head * Kv::kElemBytes;
   auto span_of = [&](const Piece& c, int ring_base) {
     return PieceSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
-                     kv + c.h * stride_head, stride_block, p.num_blocks,
+                     kv + c.h * stride_head, stride_block, &p.kv_map, c.h, p.num_blocks,
                      c.e.start_page + c.off, c.count, ring_base};
   };
   // The piece after `c` in this share, if any: the next segment's pages

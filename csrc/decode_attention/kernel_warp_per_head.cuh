@@ -48,6 +48,8 @@ __device__ __forceinline__ WarpPages<Kv, kStages> pair_pages(const DecodeParams&
   return WarpPages<Kv, kStages>{p.block_tables + s.b * p.bt_stride_b + s.start_page,
                                 kv_head_of<Kv>(p, s.kvh),
                                 p.kv_stride_block * Kv::kElemBytes,
+                                &p.kv_map,
+                                s.kvh,
                                 p.num_blocks,
                                 s.start_page,
                                 1,
@@ -64,7 +66,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     decode_attention_warp_per_head_kernel(const __grid_constant__ DecodeParams p) {
   using namespace detail;
 
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(1024) uint8_t smem[];  // fp8 ring slots: KvFp8::kSlotAlign
   using Smem = RingSmem<Kv, kWarps, kStages>;
   static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
   auto& sm = *reinterpret_cast<Smem*>(smem);
@@ -73,6 +75,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int num_pairs = p.batch * p.num_kv_heads;
   // NOTE: a warp without a pair leaves at once; nothing below is CTA-wide.
   if (blockIdx.x * kWarps + warp >= num_pairs) return;
+  if (lane == 0) Kv::prefetch_map(&p.kv_map);
   uint8_t* const ring = sm.ring[warp][0];
   ptx::Mbarrier* const bars = sm.bars[warp];
   init_ring_barriers<kStages>(bars, lane);

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+
+#include <cudaTypedefs.h>
 
 #include "decode_attention/kernels/registry.h"
 
@@ -262,6 +265,39 @@ cudaError_t launch_shape(const DecodeParams& p, const LaunchPlan& plan, int devi
   return shape_of(p, plan, device, shape, &res);
 }
 
+cudaError_t encode_kv_map(DecodeParams& p) {
+  if (p.kv_dtype != KvDtype::kFp8E4m3 || p.num_blocks == 0) return cudaSuccess;
+  // The driver's encoder through the runtime, so the extension does not link libcuda.
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                             cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn)
+               : nullptr;
+  }();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  // Innermost first: a token's 256 bytes, the page's 16 tokens, kv heads,
+  // blocks (fp8 strides are bytes). A box is one half of a page: K (c0 = 0)
+  // or V (c0 = 128), 16 rows of 128 bytes.
+  const cuuint64_t dims[4] = {cuuint64_t(kRowElems), cuuint64_t(kPageTokens),
+                              cuuint64_t(p.num_kv_heads), cuuint64_t(p.num_blocks)};
+  const cuuint64_t strides[3] = {cuuint64_t(kRowElems), cuuint64_t(p.kv_stride_head),
+                                 cuuint64_t(p.kv_stride_block)};
+  const cuuint32_t box[4] = {cuuint32_t(kHeadDim), cuuint32_t(kPageTokens), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  static_assert(sizeof(map) == sizeof(p.kv_map), "KvTensorMap holds a CUtensorMap");
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(p.kv_cache),
+                            dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  std::memcpy(&p.kv_map, &map, sizeof(map));
+  return cudaSuccess;
+}
+
 cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan& plan,
                                     cudaStream_t stream) {
   int device = 0;
@@ -271,6 +307,8 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan
   if (err == cudaSuccess) err = shape_of(params, plan, device, &shape, &res);
   if (err != cudaSuccess) return err;
   DecodeParams p = params;
+  err = encode_kv_map(p);
+  if (err != cudaSuccess) return err;
   p.refill = plan.refill;
   if (plan.kind != KernelKind::kBalanced) {
     const int resident = res.total();

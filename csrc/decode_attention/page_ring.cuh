@@ -43,7 +43,7 @@ struct WarpRing {
   static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
   static_assert(sizeof(WarpPartial) <= kStages * Kv::kPageBytes, "the ring holds a partial");
   union {
-    alignas(128) uint8_t slots[kStages][Kv::kPageBytes];
+    alignas(Kv::kSlotAlign > 128 ? Kv::kSlotAlign : 128) uint8_t slots[kStages][Kv::kPageBytes];
     WarpPartial last;
   };
 };
@@ -76,6 +76,8 @@ struct PieceSpan {
   const int32_t* bt;       // block-table entry of page k = 0; page k at bt[k]
   const uint8_t* kv_head;  // the cache at this kv head: + block x stride_block is a page
   int64_t stride_block;    // bytes
+  const KvTensorMap* map;  // the cache's tensor map (fp8) and this kv head in it
+  int head;
   int num_blocks;          // block ids are clamped to [0, num_blocks)
   int first_page, count, ring_base;
 
@@ -91,8 +93,8 @@ __device__ __forceinline__ void issue_page(const Ring<Kv, kStages>& ring, const 
     const int n = s.ring_base + k;
     ptx::mbarrier_arrive_expect_tx(ring.bar(n), Kv::kPageBytes);
     probe.lap(kRefillArrive);
-    ptx::bulk_copy_g2s(ring.slot(n), s.kv_head + block * s.stride_block, Kv::kPageBytes,
-                       ring.bar(n));
+    Kv::copy_page(ring.slot(n), s.kv_head + block * s.stride_block, s.map, s.head, block,
+                  ring.bar(n));
     probe.lap(kRefillCopy);
   }
 }

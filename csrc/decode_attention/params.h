@@ -30,7 +30,18 @@ enum class Refill : int {
   kAfterUnlessLate = 2,   // split kernels: after, unless the warp's first page was late
 };
 
+// The bytes of a CUtensorMap (the driver's opaque 128-byte descriptor), kept
+// opaque here so that the CPU path needs no CUDA headers.
+struct alignas(64) KvTensorMap {
+  uint64_t opaque[16];
+};
+
 struct DecodeParams {
+  // fp8 cache: the cache as a tensor map of [num_blocks, num_kv_heads, 16, 256]
+  // bytes with boxes of 16 tokens x 128 (a page's K or V half), 128-byte
+  // swizzle (KvFp8); set by the launch (launch_plan.cpp), unused for bf16.
+  KvTensorMap kv_map;
+
   // Strides are in elements, as torch reports them.
   const uint16_t* q;           // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
   const void* kv_cache;        // [num_blocks, num_kv_heads, 16, 256] kv_dtype, HND

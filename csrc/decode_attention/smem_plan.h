@@ -32,7 +32,7 @@ struct RingSmem {
   static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
   static_assert(sizeof(WarpPartial) <= kStages * Kv::kPageBytes, "a warp's slots hold its partial");
   union {
-    alignas(16) uint8_t ring[kWarps][kStages][Kv::kPageBytes];  // bulk copies: 16-byte aligned
+    alignas(Kv::kSlotAlign) uint8_t ring[kWarps][kStages][Kv::kPageBytes];
     WarpPartial partials[kWarps];
   };
   ptx::Mbarrier bars[kWarps][kStages];

@@ -30,6 +30,8 @@ struct WarpPages {
   const int32_t* bt;         // block-table entry of page k = 0; page k at bt[k * step]
   const uint8_t* kv_head;    // the cache at this kv head: + block x stride_block is a page
   int64_t stride_block;      // bytes
+  const KvTensorMap* map;    // the cache's tensor map (fp8) and this kv head in it
+  int head;
   int num_blocks;            // block ids are clamped to [0, num_blocks)
   int first_page, step, n_pages;
   uint8_t* ring;             // slot 0 (kStages slots of Kv::kPageBytes)
@@ -49,11 +51,11 @@ struct WarpPages {
   __device__ __forceinline__ uint32_t parity_of(int k) const {
     return ((ring_base + k) / kStages) & 1;
   }
-  // Bulk-copies page k (block `block`) into its slot.
+  // Copies page k (block `block`) into its slot.
   __device__ __forceinline__ void issue(int k, int block, int lane) const {
     if (lane == 0) {
       ptx::mbarrier_arrive_expect_tx(bar_of(k), Kv::kPageBytes);
-      ptx::bulk_copy_g2s(slot_of(k), kv_head + block * stride_block, Kv::kPageBytes, bar_of(k));
+      Kv::copy_page(slot_of(k), kv_head + block * stride_block, map, head, block, bar_of(k));
     }
   }
 };

@@ -1,5 +1,6 @@
-// Bulk (non-tensor) asynchronous copies through the copy engine (TMA)
-// (PTX ISA "Data Movement and Conversion Instructions: cp.async.bulk").
+// Bulk asynchronous copies through the copy engine (TMA): plain byte ranges
+// and tensor-map boxes (PTX ISA "Data Movement and Conversion Instructions:
+// cp.async.bulk", "cp.async.bulk.tensor").
 #pragma once
 
 #include "ptx/arch.cuh"
@@ -23,6 +24,28 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes,
                                               Mbarrier& bar) {
   bulk_copy_g2s(smem_addr(dst), src, bytes, smem_addr(&bar));
+}
+
+// cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes:
+// the box of the tensor map `map` at element coordinates (c0, c1, c2, c3),
+// innermost first -> this CTA's shared memory at `dst`, laid out (and
+// swizzled) as the map says; completion adds the box's bytes to the barrier's
+// tx count. `map`: a generic address of a CUtensorMap in kernel parameter,
+// constant or global memory; `dst` aligned as its swizzle needs (1024 bytes
+// for 128-byte swizzle).
+__device__ __forceinline__ void tensor_copy_4d_g2s(uint32_t dst, const void* map, int c0, int c1,
+                                                   int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+// prefetch.tensormap: brings the tensor map at generic address `map` into the
+// copy engine's descriptor cache ahead of the first copy through it.
+__device__ __forceinline__ void prefetch_tensormap(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
 }  // namespace flint::ptx

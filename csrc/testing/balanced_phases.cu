@@ -91,6 +91,7 @@ void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
                                        out, k_scale, v_scale);
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.refill = plan.refill;
+  C10_CUDA_CHECK(encode_kv_map(p));
   LaunchShape shape{};
   C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
   TORCH_CHECK(stamps.scalar_type() == at::kLong && stamps.is_contiguous() &&
