@@ -280,7 +280,9 @@ cudaError_t encode_kv_map(DecodeParams& p) {
   if (encode == nullptr) return cudaErrorNotSupported;
   // Innermost first: a token's 256 bytes, the page's 16 tokens, kv heads,
   // blocks (fp8 strides are bytes). A box is one half of a page: K (c0 = 0)
-  // or V (c0 = 128), 16 rows of 128 bytes.
+  // or V (c0 = 128), 16 rows of 128 bytes. No L2 promotion: the two boxes
+  // read each line once, as the bf16 bulk copies do (256-byte promotion cost
+  // the HBM-bound fp8 rows 2-6%: docs/launch-plan.md).
   const cuuint64_t dims[4] = {cuuint64_t(kRowElems), cuuint64_t(kPageTokens),
                               cuuint64_t(p.num_kv_heads), cuuint64_t(p.num_blocks)};
   const cuuint64_t strides[3] = {cuuint64_t(kRowElems), cuuint64_t(p.kv_stride_head),
@@ -291,7 +293,7 @@ cudaError_t encode_kv_map(DecodeParams& p) {
   static_assert(sizeof(map) == sizeof(p.kv_map), "KvTensorMap holds a CUtensorMap");
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(p.kv_cache),
                             dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
   std::memcpy(&p.kv_map, &map, sizeof(map));
