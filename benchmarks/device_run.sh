@@ -81,7 +81,7 @@ for step in "$@"; do
     sass)
       for so in python/flint_attention/_C*.so; do
         cuobjdump --dump-sass "$so" >"$OUT/sass.txt" 2>&1
-        note "sass $(basename "$so"): $(grep -c 'Function : .*decode_attention' "$OUT/sass.txt") decode kernels, ACQBULK x$(grep -c ACQBULK "$OUT/sass.txt"), PREEXIT x$(grep -c PREEXIT "$OUT/sass.txt"), UBLKCP x$(grep -c UBLKCP "$OUT/sass.txt"), HMMA x$(grep -c HMMA "$OUT/sass.txt"), LDL/STL x$(grep -cE '\b(LDL|STL)\b' "$OUT/sass.txt")"
+        note "sass $(basename "$so"): $(grep -c 'Function : .*decode_attention' "$OUT/sass.txt") decode kernels, ACQBULK x$(grep -c ACQBULK "$OUT/sass.txt"), PREEXIT x$(grep -c PREEXIT "$OUT/sass.txt"), UBLKCP x$(grep -c UBLKCP "$OUT/sass.txt"), UTMALDG x$(grep -c UTMALDG "$OUT/sass.txt"), HMMA x$(grep -c HMMA "$OUT/sass.txt"), LDL/STL x$(grep -cE '\b(LDL|STL)\b' "$OUT/sass.txt")"
       done
       gzip -f "$OUT/sass.txt" ;;
     bench)
