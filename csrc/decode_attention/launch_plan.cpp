@@ -285,8 +285,12 @@ cudaError_t encode_kv_map(DecodeParams& p) {
   // the HBM-bound fp8 rows 2-6%: docs/launch-plan.md).
   const cuuint64_t dims[4] = {cuuint64_t(kRowElems), cuuint64_t(kPageTokens),
                               cuuint64_t(p.num_kv_heads), cuuint64_t(p.num_blocks)};
-  const cuuint64_t strides[3] = {cuuint64_t(kRowElems), cuuint64_t(p.kv_stride_head),
-                                 cuuint64_t(p.kv_stride_block)};
+  // A dim of size 1 may carry any stride (a view's); give the encoder one it
+  // takes (a multiple of 16 below 2^40).
+  const int64_t head_stride = p.num_kv_heads == 1 ? kPageTokens * kRowElems : p.kv_stride_head;
+  const int64_t block_stride = p.num_blocks == 1 ? head_stride * p.num_kv_heads : p.kv_stride_block;
+  const cuuint64_t strides[3] = {cuuint64_t(kRowElems), cuuint64_t(head_stride),
+                                 cuuint64_t(block_stride)};
   const cuuint32_t box[4] = {cuuint32_t(kHeadDim), cuuint32_t(kPageTokens), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   CUtensorMap map;

@@ -90,7 +90,15 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   p.part_o = ws.part_o;
   p.part_ml = ws.part_ml;
   p.counters = ws.counters;
-  C10_CUDA_CHECK(launch_decode_attention(p, plan, stream));
+  const cudaError_t err = launch_decode_attention(p, plan, stream);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // what a refused launch left behind, so later calls do not see it
+    TORCH_CHECK(false, "flint.decode_attention: the launch failed: ", cudaGetErrorString(err),
+                p.kv_dtype == KvDtype::kFp8E4m3
+                    ? " (an fp8 kv_cache is copied through a tensor map of it, which needs its "
+                      "strides below 2^40 bytes and the driver's cuTensorMapEncodeTiled)"
+                    : "");
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
