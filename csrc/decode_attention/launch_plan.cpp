@@ -281,8 +281,8 @@ cudaError_t encode_kv_map(DecodeParams& p) {
   // Innermost first: a token's 256 bytes, the page's 16 tokens, kv heads,
   // blocks (fp8 strides are bytes). A box is one half of a page: K (c0 = 0)
   // or V (c0 = 128), 16 rows of 128 bytes. No L2 promotion: the two boxes
-  // read each line once, as the bf16 bulk copies do (256-byte promotion cost
-  // the HBM-bound fp8 rows 2-6%: docs/launch-plan.md).
+  // then read each line once, as the bf16 bulk copies do (promoting a K box's
+  // lines to 256 bytes fetches the V half twice; docs/launch-plan.md).
   const cuuint64_t dims[4] = {cuuint64_t(kRowElems), cuuint64_t(kPageTokens),
                               cuuint64_t(p.num_kv_heads), cuuint64_t(p.num_blocks)};
   // A dim of size 1 may carry any stride (a view's); give the encoder one it
