@@ -1,6 +1,6 @@
-// A warp's private ring of page slots for the balanced kernel: bulk copies of
-// whole pages (16 tokens x [K | V]) complete on one mbarrier per slot, and the
-// warp streams runs of pages ("pieces") through the online softmax, the ring
+// A warp's private ring of page slots for the balanced kernel: copies of
+// pages (16 tokens x [K | V]; their attended rows) complete on one mbarrier
+// per slot, and the warp streams runs of pages ("pieces") through the online softmax, the ring
 // going on from one piece to the next without draining.
 #pragma once
 
@@ -76,10 +76,11 @@ struct PieceSpan {
   const int32_t* bt;       // block-table entry of page k = 0; page k at bt[k]
   const uint8_t* kv_head;  // the cache at this kv head: + block x stride_block is a page
   int64_t stride_block;    // bytes
-  const KvTensorMap* map;  // the cache's tensor map (fp8) and this kv head in it
+  const KvMaps* maps;      // the cache's tensor maps (fp8) and this kv head in them
   int head;
   int num_blocks;          // block ids are clamped to [0, num_blocks)
   int first_page, count, ring_base;
+  int start_tok, seq_len;  // the attended tokens: a copy brings a page's rows of them
 
   __device__ __forceinline__ int block_at(int k) const {
     return k < count ? min(max(bt[k], 0), num_blocks - 1) : 0;
@@ -91,9 +92,10 @@ __device__ __forceinline__ void issue_page(const Ring<Kv, kStages>& ring, const 
                                            int block, int lane, Probe&& probe = Probe{}) {
   if (lane == 0) {
     const int n = s.ring_base + k;
-    ptx::mbarrier_arrive_expect_tx(ring.bar(n), Kv::kPageBytes);
+    const PageRows rows = attended_rows(s.first_page + k, s.start_tok, s.seq_len);
+    ptx::mbarrier_arrive_expect_tx(ring.bar(n), Kv::copy_bytes(rows));
     probe.lap(kRefillArrive);
-    Kv::copy_page(ring.slot(n), s.kv_head + block * s.stride_block, s.map, s.head, block,
+    Kv::copy_rows(ring.slot(n), s.kv_head + block * s.stride_block, s.maps, s.head, block, rows,
                   ring.bar(n));
     probe.lap(kRefillCopy);
   }

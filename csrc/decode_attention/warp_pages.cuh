@@ -30,10 +30,11 @@ struct WarpPages {
   const int32_t* bt;         // block-table entry of page k = 0; page k at bt[k * step]
   const uint8_t* kv_head;    // the cache at this kv head: + block x stride_block is a page
   int64_t stride_block;      // bytes
-  const KvTensorMap* map;    // the cache's tensor map (fp8) and this kv head in it
+  const KvMaps* maps;        // the cache's tensor maps (fp8) and this kv head in them
   int head;
   int num_blocks;            // block ids are clamped to [0, num_blocks)
   int first_page, step, n_pages;
+  int start_tok, seq_len;    // the attended tokens: a copy brings a page's rows of them
   uint8_t* ring;             // slot 0 (kStages slots of Kv::kPageBytes)
   ptx::Mbarrier* bars;       // its barrier (one per slot)
   int ring_base = 0;         // pages this ring streamed before page k = 0
@@ -51,11 +52,13 @@ struct WarpPages {
   __device__ __forceinline__ uint32_t parity_of(int k) const {
     return ((ring_base + k) / kStages) & 1;
   }
-  // Copies page k (block `block`) into its slot.
+  // Copies page k's attended rows (block `block`) into its slot.
   __device__ __forceinline__ void issue(int k, int block, int lane) const {
     if (lane == 0) {
-      ptx::mbarrier_arrive_expect_tx(bar_of(k), Kv::kPageBytes);
-      Kv::copy_page(slot_of(k), kv_head + block * stride_block, map, head, block, bar_of(k));
+      const PageRows rows = attended_rows(first_page + k * step, start_tok, seq_len);
+      ptx::mbarrier_arrive_expect_tx(bar_of(k), Kv::copy_bytes(rows));
+      Kv::copy_rows(slot_of(k), kv_head + block * stride_block, maps, head, block, rows,
+                    bar_of(k));
     }
   }
 };
