@@ -56,8 +56,8 @@ __device__ __forceinline__ void mask_v_rows(uint32_t (&rows)[4][W], int page, in
 
 // The token rows [lo, hi) of page `page` that the span [start_tok, seq_len)
 // attends: all 16 but at a window's first page and a request's last one. A
-// page's copy brings only these; the other rows of its slot keep whatever they
-// held (K's logits there are masked, V's rows zeroed: mask_v_rows).
+// bf16 page's copy brings only these; the other rows of its slot keep whatever
+// they held (K's logits there are masked, V's rows zeroed: mask_v_rows).
 struct PageRows {
   int lo, hi;
 };
@@ -90,7 +90,7 @@ struct KvBf16 {
   static_assert(kPageBytes == 8192, "16 tokens x [K | V] of 128 bf16");
   static constexpr int kSlotAlign = 16;  // bulk copies
 
-  __device__ __forceinline__ static void prefetch_map(const KvMaps* /*maps*/) {}
+  __device__ __forceinline__ static void prefetch_map(const KvTensorMap* /*map*/) {}
   // The bytes copy_rows brings.
   __device__ __forceinline__ static uint32_t copy_bytes(PageRows r) {
     return (r.hi - r.lo) * kRowBytes;
@@ -98,7 +98,7 @@ struct KvBf16 {
   // A page's rows r into its ring slot, each at its place: one bulk copy of
   // them as they lie in the cache (rows are 512 contiguous bytes).
   __device__ __forceinline__ static void copy_rows(void* dst, const uint8_t* page,
-                                                   const KvMaps* /*maps*/, int /*head*/,
+                                                   const KvTensorMap* /*map*/, int /*head*/,
                                                    int /*block*/, PageRows r, ptx::Mbarrier& bar) {
     ptx::bulk_copy_g2s(static_cast<uint8_t*>(dst) + r.lo * kRowBytes, page + r.lo * kRowBytes,
                        copy_bytes(r), bar);
@@ -206,7 +206,7 @@ struct KvBf16 {
 // of a K row). V: chunk_dim(g, h) = 16g + 8h (16 contiguous bytes of a V row).
 //
 // A ring slot holds a page as two boxes of the cache's tensor map
-// (DecodeParams::kv_maps), K then V, each 16 token rows x 128 bytes with
+// (DecodeParams::kv_map), K then V, each 16 token rows x 128 bytes with
 // 128-byte swizzle: 16-byte chunk c of row T lies at chunk c ^ (T % 8) (slots
 // are 1024-byte aligned, the swizzle's period). Unswizzled, rows of the same
 // chunk share banks: a quarter-warp (g, g + 1 x four t) would read K's rows
@@ -225,36 +225,23 @@ struct KvFp8 {
   static constexpr int kBoxBytes = kPageTokens * kHeadDim;  // a page's K (or V) box
   static constexpr int kSlotAlign = 1024;                   // the 128-byte swizzle's period
 
-  // At a kernel's start (the maps are kernel parameters, not written by a
-  // predecessor): the first page's copy does not wait for the descriptors.
-  __device__ __forceinline__ static void prefetch_map(const KvMaps* maps) {
-    ptx::prefetch_tensormap(&maps->page);
-    ptx::prefetch_tensormap(&maps->half);
+  // At a kernel's start (the map is a kernel parameter, not written by a
+  // predecessor): the first page's copy does not wait for the descriptor.
+  __device__ __forceinline__ static void prefetch_map(const KvTensorMap* map) {
+    ptx::prefetch_tensormap(map);
   }
-  // A page's copy comes in 8-row halves: those holding rows r, both (the whole
-  // page: the `page` map's two boxes) or one (the `half` map's).
-  __device__ __forceinline__ static bool both_halves(PageRows r) {
-    return r.lo < kPageTokens / 2 && r.hi > kPageTokens / 2;
-  }
-  __device__ __forceinline__ static uint32_t copy_bytes(PageRows r) {
-    return both_halves(r) ? kPageBytes : kPageBytes / 2;
-  }
-  // The K boxes (c0 = 0) and V boxes (c0 = 128) of rows r's halves at kv head
-  // `head` of block `block`; a half lands where the whole page's box puts it
-  // (8 rows x 128 bytes: a swizzle period, so the same chunk order).
+  // Whole pages, whatever rows are attended: copying only the attended 8-row
+  // halves (a second map of 8-row boxes) made the fp8 rows slower, not
+  // faster (docs/launch-plan.md).
+  __device__ __forceinline__ static uint32_t copy_bytes(PageRows /*r*/) { return kPageBytes; }
+  // A page into a ring slot: its K box (c0 = 0) and V box (c0 = 128) of the
+  // tensor map, at kv head `head` of block `block`.
   __device__ __forceinline__ static void copy_rows(void* dst, const uint8_t* /*page*/,
-                                                   const KvMaps* maps, int head, int block,
-                                                   PageRows r, ptx::Mbarrier& bar) {
+                                                   const KvTensorMap* map, int head, int block,
+                                                   PageRows /*r*/, ptx::Mbarrier& bar) {
     const uint32_t d = ptx::smem_addr(dst), b = ptx::smem_addr(&bar);
-    if (both_halves(r)) {
-      ptx::tensor_copy_4d_g2s(d, &maps->page, 0, 0, head, block, b);
-      ptx::tensor_copy_4d_g2s(d + kBoxBytes, &maps->page, kHeadDim, 0, head, block, b);
-    } else {
-      const int row = r.lo < kPageTokens / 2 ? 0 : kPageTokens / 2;
-      const uint32_t at = row * kHeadDim;
-      ptx::tensor_copy_4d_g2s(d + at, &maps->half, 0, row, head, block, b);
-      ptx::tensor_copy_4d_g2s(d + kBoxBytes + at, &maps->half, kHeadDim, row, head, block, b);
-    }
+    ptx::tensor_copy_4d_g2s(d, map, 0, 0, head, block, b);
+    ptx::tensor_copy_4d_g2s(d + kBoxBytes, map, kHeadDim, 0, head, block, b);
   }
   // Where 16-byte chunk c of row `row` of a box lies (the 128-byte swizzle).
   __device__ __forceinline__ static uint32_t chunk_addr(uint32_t box, int row, int c) {

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
   const bool merges = warp < kMergeWarps;
-  if (tid == 0) Kv::prefetch_map(&p.kv_maps);
+  if (tid == 0) Kv::prefetch_map(&p.kv_map);
 
   // ---- this CTA's request and split ---------------------------------------
   // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       p.block_tables + b * p.bt_stride_b + start_page + gw,
       kv_head_of<Kv>(p, kvh),
       p.kv_stride_block * Kv::kElemBytes,
-      &p.kv_maps,
+      &p.kv_map,
       kvh,
       p.num_blocks,
       start_page + gw,

@@ -174,7 +174,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
   const int H = p.num_kv_heads;
   const int cta = blockIdx.x, grid = gridDim.x;
-  if (tid == 0) Kv::prefetch_map(&p.kv_maps);
+  if (tid == 0) Kv::prefetch_map(&p.kv_map);
   probe.at(kEntered);
 
   // ---- the division: every CTA computes it from seq_lens -----------------
@@ -234,7 +234,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   const int64_t stride_head = p.kv_stride_head * Kv::kElemBytes;
   auto span_of = [&](const Piece& c, int ring_base) {
     return PieceSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
-                     kv + c.h * stride_head, stride_block, &p.kv_maps, c.h, p.num_blocks,
+                     kv + c.h * stride_head, stride_block, &p.kv_map, c.h, p.num_blocks,
                      c.e.start_page + c.off, c.count, ring_base, c.e.start_tok, c.e.seq_len};
   };
   // The piece after `c` in this share, if any: the next segment's pages

@@ -48,7 +48,7 @@ __device__ __forceinline__ WarpPages<Kv, kStages> pair_pages(const DecodeParams&
   return WarpPages<Kv, kStages>{p.block_tables + s.b * p.bt_stride_b + s.start_page,
                                 kv_head_of<Kv>(p, s.kvh),
                                 p.kv_stride_block * Kv::kElemBytes,
-                                &p.kv_maps,
+                                &p.kv_map,
                                 s.kvh,
                                 p.num_blocks,
                                 s.start_page,
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int num_pairs = p.batch * p.num_kv_heads;
   // NOTE: a warp without a pair leaves at once; nothing below is CTA-wide.
   if (blockIdx.x * kWarps + warp >= num_pairs) return;
-  if (lane == 0) Kv::prefetch_map(&p.kv_maps);
+  if (lane == 0) Kv::prefetch_map(&p.kv_map);
   uint8_t* const ring = sm.ring[warp][0];
   ptx::Mbarrier* const bars = sm.bars[warp];
   init_ring_barriers<kStages>(bars, lane);

@@ -279,11 +279,10 @@ cudaError_t encode_kv_map(DecodeParams& p) {
   }();
   if (encode == nullptr) return cudaErrorNotSupported;
   // Innermost first: a token's 256 bytes, the page's 16 tokens, kv heads,
-  // blocks (fp8 strides are bytes). A box is a page's K half (c0 = 0) or V
-  // half (c0 = 128), 128 bytes a row: 16 rows in `page`, 8 in `half`. No L2
-  // promotion: the two boxes then read each line once, as the bf16 bulk
-  // copies do (promoting a K box's lines to 256 bytes fetches the V half
-  // twice; docs/launch-plan.md).
+  // blocks (fp8 strides are bytes). A box is one half of a page: K (c0 = 0)
+  // or V (c0 = 128), 16 rows of 128 bytes. No L2 promotion: the two boxes
+  // then read each line once, as the bf16 bulk copies do (promoting a K box's
+  // lines to 256 bytes fetches the V half twice; docs/launch-plan.md).
   const cuuint64_t dims[4] = {cuuint64_t(kRowElems), cuuint64_t(kPageTokens),
                               cuuint64_t(p.num_kv_heads), cuuint64_t(p.num_blocks)};
   // A dim of size 1 may carry any stride (a view's); give the encoder one it
@@ -292,20 +291,16 @@ cudaError_t encode_kv_map(DecodeParams& p) {
   const int64_t block_stride = p.num_blocks == 1 ? head_stride * p.num_kv_heads : p.kv_stride_block;
   const cuuint64_t strides[3] = {cuuint64_t(kRowElems), cuuint64_t(head_stride),
                                  cuuint64_t(block_stride)};
+  const cuuint32_t box[4] = {cuuint32_t(kHeadDim), cuuint32_t(kPageTokens), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  static_assert(sizeof(CUtensorMap) == sizeof(KvTensorMap), "KvTensorMap holds a CUtensorMap");
-  auto encode_rows = [&](int rows, KvTensorMap* out) {
-    const cuuint32_t box[4] = {cuuint32_t(kHeadDim), cuuint32_t(rows), 1, 1};
-    CUtensorMap map;
-    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4,
-                              const_cast<void*>(p.kv_cache), dims, strides, box, elem_strides,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r == CUDA_SUCCESS) std::memcpy(out, &map, sizeof(map));
-    return r == CUDA_SUCCESS;
-  };
-  if (!encode_rows(kPageTokens, &p.kv_maps.page) || !encode_rows(kPageTokens / 2, &p.kv_maps.half))
-    return cudaErrorInvalidValue;
+  CUtensorMap map;
+  static_assert(sizeof(map) == sizeof(p.kv_map), "KvTensorMap holds a CUtensorMap");
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(p.kv_cache),
+                            dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  std::memcpy(&p.kv_map, &map, sizeof(map));
   return cudaSuccess;
 }
 

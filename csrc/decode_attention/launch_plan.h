@@ -59,7 +59,7 @@ struct LaunchShape {
 cudaError_t launch_shape(const DecodeParams& p, const LaunchPlan& plan, int device,
                          LaunchShape* shape);
 
-// For an fp8 cache, writes p.kv_maps, the tensor maps its kernels copy pages
+// For an fp8 cache, writes p.kv_map, the tensor map its kernels copy pages
 // through (launch_decode_attention does; a launcher of its own must too).
 cudaError_t encode_kv_map(DecodeParams& p);
 

@@ -1,7 +1,8 @@
 // A warp's private ring of page slots for the balanced kernel: copies of
-// pages (16 tokens x [K | V]; their attended rows) complete on one mbarrier
-// per slot, and the warp streams runs of pages ("pieces") through the online softmax, the ring
-// going on from one piece to the next without draining.
+// pages (16 tokens x [K | V]; bf16: their attended rows) complete on one
+// mbarrier per slot, and the warp streams runs of pages ("pieces") through
+// the online softmax, the ring going on from one piece to the next without
+// draining.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +77,7 @@ struct PieceSpan {
   const int32_t* bt;       // block-table entry of page k = 0; page k at bt[k]
   const uint8_t* kv_head;  // the cache at this kv head: + block x stride_block is a page
   int64_t stride_block;    // bytes
-  const KvMaps* maps;      // the cache's tensor maps (fp8) and this kv head in them
+  const KvTensorMap* map;  // the cache's tensor map (fp8) and this kv head in it
   int head;
   int num_blocks;          // block ids are clamped to [0, num_blocks)
   int first_page, count, ring_base;
@@ -95,7 +96,7 @@ __device__ __forceinline__ void issue_page(const Ring<Kv, kStages>& ring, const 
     const PageRows rows = attended_rows(s.first_page + k, s.start_tok, s.seq_len);
     ptx::mbarrier_arrive_expect_tx(ring.bar(n), Kv::copy_bytes(rows));
     probe.lap(kRefillArrive);
-    Kv::copy_rows(ring.slot(n), s.kv_head + block * s.stride_block, s.maps, s.head, block, rows,
+    Kv::copy_rows(ring.slot(n), s.kv_head + block * s.stride_block, s.map, s.head, block, rows,
                   ring.bar(n));
     probe.lap(kRefillCopy);
   }

@@ -36,18 +36,11 @@ struct alignas(64) KvTensorMap {
   uint64_t opaque[16];
 };
 
-// An fp8 cache's two tensor maps of [num_blocks, num_kv_heads, 16, 256] bytes,
-// 128-byte swizzle (KvFp8): boxes of a page's K or V half, 16 token rows x
-// 128 bytes, and of 8 rows (a page of which only one 8-row half is attended).
-struct KvMaps {
-  KvTensorMap page;
-  KvTensorMap half;
-};
-
 struct DecodeParams {
-  // fp8 cache: its tensor maps (KvMaps), set by the launch (launch_plan.cpp);
-  // unused for bf16.
-  KvMaps kv_maps;
+  // fp8 cache: the cache as a tensor map of [num_blocks, num_kv_heads, 16, 256]
+  // bytes with boxes of 16 tokens x 128 (a page's K or V half), 128-byte
+  // swizzle (KvFp8); set by the launch (launch_plan.cpp), unused for bf16.
+  KvTensorMap kv_map;
 
   // Strides are in elements, as torch reports them.
   const uint16_t* q;           // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1

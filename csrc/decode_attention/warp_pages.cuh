@@ -30,7 +30,7 @@ struct WarpPages {
   const int32_t* bt;         // block-table entry of page k = 0; page k at bt[k * step]
   const uint8_t* kv_head;    // the cache at this kv head: + block x stride_block is a page
   int64_t stride_block;      // bytes
-  const KvMaps* maps;        // the cache's tensor maps (fp8) and this kv head in them
+  const KvTensorMap* map;    // the cache's tensor map (fp8) and this kv head in it
   int head;
   int num_blocks;            // block ids are clamped to [0, num_blocks)
   int first_page, step, n_pages;
@@ -57,7 +57,7 @@ struct WarpPages {
     if (lane == 0) {
       const PageRows rows = attended_rows(first_page + k * step, start_tok, seq_len);
       ptx::mbarrier_arrive_expect_tx(bar_of(k), Kv::copy_bytes(rows));
-      Kv::copy_rows(slot_of(k), kv_head + block * stride_block, maps, head, block, rows,
+      Kv::copy_rows(slot_of(k), kv_head + block * stride_block, map, head, block, rows,
                     bar_of(k));
     }
   }
