@@ -81,7 +81,7 @@ struct PieceSpan {
   int head;
   int num_blocks;          // block ids are clamped to [0, num_blocks)
   int first_page, count, ring_base;
-  int start_tok, seq_len;  // the attended tokens: a copy brings a page's rows of them
+  int start_tok, seq_len;  // the attended tokens (a bf16 copy brings only a page's rows of them)
 
   __device__ __forceinline__ int block_at(int k) const {
     return k < count ? min(max(bt[k], 0), num_blocks - 1) : 0;

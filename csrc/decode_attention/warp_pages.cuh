@@ -34,7 +34,7 @@ struct WarpPages {
   int head;
   int num_blocks;            // block ids are clamped to [0, num_blocks)
   int first_page, step, n_pages;
-  int start_tok, seq_len;    // the attended tokens: a copy brings a page's rows of them
+  int start_tok, seq_len;    // the attended tokens (a bf16 copy brings only a page's rows of them)
   uint8_t* ring;             // slot 0 (kStages slots of Kv::kPageBytes)
   ptx::Mbarrier* bars;       // its barrier (one per slot)
   int ring_base = 0;         // pages this ring streamed before page k = 0
