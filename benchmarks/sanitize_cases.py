@@ -33,11 +33,15 @@ SCALE = 0.088
 # Each kernel the op picks (launch_plan.cpp), in both formats: 8-warp splits,
 # the balanced kernel, the cluster, 9-warp splits, 4-warp splits (full
 # attention, then a window), one warp per (request, kv head), 9-warp splits
-# past one level of merging: (seq_lens, kv heads, window).
+# past one level of merging, one warp per pair chaining pairs: (seq_lens, kv
+# heads, window).
 CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5000], 2, None),
          ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
          ([(13 * i) % 100 for i in range(200)], 2, 64),
-         ([20000], 1, None)]  # 9-warp splits merged in two levels (70 splits)
+         ([20000], 1, None),  # 9-warp splits merged in two levels (70 splits)
+         # one warp per pair past one wave of warps: each warp chains pairs
+         # (empty and one-page ones among them)
+         ([0 if i % 5 == 0 else 1 + (37 * i) % 200 for i in range(1100)], 1, 32)]
 
 
 PICK = int(sys.argv[sys.argv.index("--balanced-case") + 1]) if "--balanced-case" in sys.argv else None

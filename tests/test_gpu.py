@@ -27,7 +27,7 @@ from conftest import (
 )
 
 from flint_attention import flint_decode_attention
-from flint_attention.testing import BF16_VS_F64, DEFAULT_SCALE, make_paged_inputs
+from flint_attention.testing import BF16_VS_F64, DEFAULT_SCALE, FP8, make_paged_inputs
 
 pytestmark = needs_hopper
 sanitizer_subset = pytest.mark.sanitizer_subset
@@ -71,6 +71,19 @@ REPRESENTATIVE = [
 @pytest.mark.parametrize("batch, lens, num_kv_heads, window", REPRESENTATIVE)
 def test_gpu_representative(batch, lens, num_kv_heads, window):
     inp = make_paged_inputs(batch, lens, num_kv_heads, window, "cuda", shared_pages=True, strided_cache=True)
+    check_against_reference(inp, window)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+def test_warp_per_head_pairs_past_one_wave(kv_dtype):
+    # More (request, kv head) pairs than the warp-per-head kernel's resident
+    # warps (~1056 on an H200): each warp streams several pairs in a row,
+    # carrying the next pair's leading pages, block ids and q across, through
+    # empty and one-page pairs between them.
+    batch, kvh, window = 1200, 2, 128
+    lens = [0 if i % 5 == 0 else 1 + (37 * i) % 700 for i in range(batch)]
+    fp8 = dict(kv_dtype=FP8, k_scale=[0.011, 0.017], v_scale=[0.013, 0.009]) if kv_dtype == "fp8" else {}
+    inp = make_paged_inputs(batch, lens, kvh, window, "cuda", **fp8)
     check_against_reference(inp, window)
 
 
