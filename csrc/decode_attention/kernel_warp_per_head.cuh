@@ -87,16 +87,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   // need, launch_plan.cpp); its ring goes on from pair to pair (ring_base).
   // While a pair streams, the next pair's block ids are loaded (its seq_len
   // one pair earlier still), and the slots the stream frees last take the
-  // next pair's leading pages: the ring does not drain between pairs. Its q
-  // (and fp8 scales) are loaded as this pair's stream begins.
+  // next pair's leading pages: the ring does not drain between pairs.
   const int stride = gridDim.x * kWarps;
   const int first = blockIdx.x * kWarps + warp;
   PairSpan cur = pair_span(p, first, p.seq_lens[first / p.num_kv_heads]);
   int len_after = first + stride < num_pairs ? p.seq_lens[(first + stride) / p.num_kv_heads] : 0;
   int ring_base = 0, carried_bt = 0;
   bool leading_issued = false;
-  HeadInputs in_cur, in_next;
-  bool cur_loaded = false;  // in_cur holds cur's inputs
   for (int pair = first; pair < num_pairs; pair += stride) {
     PairSpan next{};
     if (pair + stride < num_pairs) {
@@ -114,7 +111,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       const float zeros[32] = {};
       store_warp_out<Kv>(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
       cur = next;
-      leading_issued = cur_loaded = false;
+      leading_issued = false;
       continue;
     }
 
@@ -136,13 +133,9 @@ __global__ void __launch_bounds__(32 * kWarps)
     // ---- prefetch, wait on the previous kernel, stream pages -----------------
     // (after the first pair, griddepcontrol.wait returns at once.)
     WarpState st;
-    const bool load_next = next.num_pages > 0;
-    auto load_next_inputs = [&] {
-      if (load_next) load_head_inputs<Kv>(p, next.b, next.kvh, g, t, in_next);
-    };
     const HeadScales sc = wait_then_stream_pages<Kv, kStages, true>(
         p, pages, bt_cur, bt_next, cur.b, cur.kvh, cur.start_tok, cur.seq_len, g, t, lane, st,
-        leading_issued, &after, &in_cur, cur_loaded, load_next_inputs);
+        leading_issued, &after);
 
     // ---- normalize with the sink term and store ------------------------------
     const float inv0 = sc.out / (st.l[0] + ptx::ex2(sink0 - st.m[0] * sc.logits_log2));
@@ -152,8 +145,6 @@ __global__ void __launch_bounds__(32 * kWarps)
     cur = next;
     leading_issued = chain;
     carried_bt = after.bt;
-    in_cur = in_next;
-    cur_loaded = load_next;
   }
 }
 

@@ -77,26 +77,26 @@ struct HeadScales {
   float out;
 };
 
-// What a (request, kv head) reads that a kernel ahead of this one may write:
-// its q words (load_q_words' order) and, for an fp8 cache, its k_scale and
-// v_scale (1 for bf16).
-// NOTE: loaded only past griddepcontrol.wait (a captured graph may update
-// the scales in a kernel ahead of this one, as it writes q); the scales come
-// first, since q's fp8 conversion waits for its loads.
-struct HeadInputs {
-  float k_scale, v_scale;
-  uint32_t q[16];
-};
+// The scales of kv head `kvh` before q is loaded: the logits' without fp8's
+// 2^e (with_q_exponent adds it once q is in).
+// NOTE: k_scale and v_scale are read after griddepcontrol.wait, as q (a
+// captured graph may update them in a kernel ahead of this one), and ahead of
+// q, whose fp8 conversion waits for its loads.
+template <class Kv>
+__device__ __forceinline__ HeadScales head_scales(const DecodeParams& p, int kvh) {
+  if constexpr (Kv::kDtype == KvDtype::kBf16) {
+    return {p.scale_log2, 1.f};
+  } else {
+    const float k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * kvh) : 1.f;
+    const float v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * kvh) : 1.f;
+    return {p.scale_log2 * k_scale, v_scale};
+  }
+}
 
 template <class Kv>
-__device__ __forceinline__ void load_head_inputs(const DecodeParams& p, int b, int kvh, int g,
-                                                 int t, HeadInputs& in) {
-  in.k_scale = in.v_scale = 1.f;
-  if constexpr (Kv::kDtype != KvDtype::kBf16) {
-    if (p.k_scale) in.k_scale = ptx::ld_global_f32(p.k_scale + p.k_scale_stride * kvh);
-    if (p.v_scale) in.v_scale = ptx::ld_global_f32(p.v_scale + p.v_scale_stride * kvh);
-  }
-  Kv::load_q_words(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, in.q);
+__device__ __forceinline__ HeadScales with_q_exponent(HeadScales sc, int q_exp) {
+  if constexpr (Kv::kDtype != KvDtype::kBf16) sc.logits_log2 *= exp2i(q_exp);
+  return sc;
 }
 
 // One mbarrier per ring slot, each expecting one arrival (lane 0's expect_tx).
@@ -202,20 +202,12 @@ __device__ __forceinline__ void stream_pages(const WarpPages<Kv, kStages>& w, in
 // (seq_lens, block tables and sinks are read before this: see kernel.cuh.)
 // kChain (persistent warp-per-head): `leading_issued` says the previous
 // pair's stream already issued these pages' leading ones (past the wait, so
-// the current token's page too), and `next`'s are issued at this stream's end;
-// `in` holds this pair's inputs where `in_loaded` (the previous pair loaded
-// them), and `after_wait` runs past the wait, before the stream (where the
-// next pair's inputs are loaded, so that no pair waits a round trip for its q).
-struct NoOp {
-  __device__ __forceinline__ void operator()() const {}
-};
-
-template <class Kv, int kStages, bool kChain = false, class AfterWait = NoOp>
+// the current token's page too), and `next`'s are issued at this stream's end.
+template <class Kv, int kStages, bool kChain = false>
 __device__ __forceinline__ HeadScales wait_then_stream_pages(
     const DecodeParams& p, const WarpPages<Kv, kStages>& pages, int bt_cur, int bt_next, int b,
     int kvh, int start_tok, int seq_len, int g, int t, int lane, WarpState& st,
-    bool leading_issued = false, const NextPages<Kv, kStages>* next = nullptr,
-    HeadInputs* in = nullptr, bool in_loaded = false, AfterWait after_wait = {}) {
+    bool leading_issued = false, const NextPages<Kv, kStages>* next = nullptr) {
   const int current_page = (seq_len - 1) / kPageTokens;
   if (!leading_issued) issue_leading_pages(pages, bt_cur, current_page, false, lane);
   ptx::grid_dependency_wait();
@@ -230,13 +222,10 @@ __device__ __forceinline__ HeadScales wait_then_stream_pages(
     refill_after_wait = __shfl_sync(kFullMask, landed, 0);
   }
   if (!leading_issued) issue_leading_pages(pages, bt_cur, current_page, true, lane);
-  HeadInputs own;
-  HeadInputs& mine = in != nullptr ? *in : own;
-  if (!in_loaded) load_head_inputs<Kv>(p, b, kvh, g, t, mine);
-  after_wait();
+  const HeadScales unscaled = head_scales<Kv>(p, kvh);
   uint32_t q[16];
-  const int q_exp = Kv::prepare_q(mine.q, q);
-  const HeadScales sc{p.scale_log2 * mine.k_scale * exp2i(q_exp), mine.v_scale};
+  const int q_exp = load_q<Kv>(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
+  const HeadScales sc = with_q_exponent<Kv>(unscaled, q_exp);
   stream_pages<Kv, kStages, kChain>(pages, bt_cur, bt_next, q, start_tok, seq_len,
                                     sc.logits_log2, g, t, lane, st, next, refill_after_wait);
   return sc;
