@@ -40,8 +40,9 @@ CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5
          ([(13 * i) % 100 for i in range(200)], 2, 64),
          ([20000], 1, None),  # 9-warp splits merged in two levels (70 splits)
          # one warp per pair past one wave of warps: each warp chains pairs
-         # (empty and one-page ones among them)
-         ([0 if i % 5 == 0 else 1 + (37 * i) % 200 for i in range(1100)], 1, 32)]
+         # (a pair of >= kStages - 1 pages carries the next one's leading
+         # pages: 2 for bf16, 5 for fp8; empty and one-page pairs among them)
+         ([0 if i % 5 == 0 else 1 + (37 * i) % 300 for i in range(1100)], 1, 80)]
 
 
 PICK = int(sys.argv[sys.argv.index("--balanced-case") + 1]) if "--balanced-case" in sys.argv else None
