@@ -47,7 +47,8 @@ sanitize() {  # tool, limit_s, args (SAN_TOOL_ARGS: the tool's own options; SAN_
   grep -m3 -B2 -A12 "=========.*\(Invalid\|Race\|Barrier\|Error\)" "$log" | head -40
 }
 synccheck_one() {  # limit_s, args: SAN_TOOL_ARGS default for synccheck only, not the later steps
-  # 256 tracked barriers: the fp8 9-warp splits overflowed 64 (runs 125-127).
+  # 256 tracked barriers: the fp8 9-warp splits overflowed 64 (runs 125-127); the
+  # case loop below takes each case's own (sanitize_cases.py --synccheck-args).
   SAN_TOOL_ARGS=${SAN_TOOL_ARGS:---num-cuda-barriers 256} sanitize synccheck "$@"
 }
 for step in "$@"; do
@@ -73,7 +74,9 @@ for step in "$@"; do
       else
         n=$(python3 benchmarks/sanitize_cases.py --num-cases)
         for kv in bf16 fp8; do for c in $(seq 0 $((n - 1))); do
-          SAN_TAG=_${kv}_$c synccheck_one "${SAN_S:-40}" "--case $c --kv $kv"
+          # (a trailing space: an empty option list is still set)
+          SAN_TOOL_ARGS="$(python3 benchmarks/sanitize_cases.py --synccheck-args "$c") " \
+            SAN_TAG=_${kv}_$c synccheck_one "${SAN_S:-40}" "--case $c --kv $kv"
         done; done
         SAN_TAG=_balanced synccheck_one "${SAN_S:-90}" --balanced
       fi ;;

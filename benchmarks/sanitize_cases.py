@@ -13,7 +13,7 @@ slow); --defaults: the op's default plans only, one kernel of each kind per
 format; --case I: of those, the I-th only; --kv bf16|fp8: one format only;
 --balanced: the balanced machinery only (--balanced-case I: its I-th launch
 only, counting from 0 over the formats run); --num-cases: print how many default
-cases there are.
+cases there are; --synccheck-args I: the tool options synccheck needs for case I.
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5
          # pages: 2 for bf16, 5 for fp8; empty and one-page pairs among them)
          ([0 if i % 5 == 0 else 1 + (37 * i) % 300 for i in range(1100)], 1, 80)]
 
+# synccheck's --num-cuda-barriers per case (0: the tool's default): the fp8
+# 9-warp splits keep 36 mbarriers a CTA, more than the default tracks (runs
+# 125-127); with 256, case 8's 1100 requests give torch's own set-up and
+# reference kernels grids too large to track (run 133: the tool out of memory).
+SYNCCHECK_BARRIERS = [256] * 8 + [0]
+
 
 PICK = int(sys.argv[sys.argv.index("--balanced-case") + 1]) if "--balanced-case" in sys.argv else None
 LAUNCHES = itertools.count()  # run()'s calls so far (with --balanced-case: the balanced machinery's)
@@ -67,6 +73,10 @@ def run(plan, seq_lens, kvh, window):
 def main() -> None:
     if "--num-cases" in sys.argv:
         print(len(CASES))
+        return
+    if "--synccheck-args" in sys.argv:
+        n = SYNCCHECK_BARRIERS[int(sys.argv[sys.argv.index("--synccheck-args") + 1])]
+        print(f"--num-cuda-barriers {n}" if n else "")
         return
     only = int(sys.argv[sys.argv.index("--case") + 1]) if "--case" in sys.argv else None
     defaults = only is not None or "--defaults" in sys.argv
