@@ -42,6 +42,8 @@ ROWS = {
     "h1_tp_64k": ([65536], 1, None, 8192),
     "logu32": (lognormal_lens(32, 100, 32768, 1), 8, None, 8192),
     "pad24": (lognormal_lens(20, 1000, 8192, 2) + [0] * 4, 8, None, 8192),
+    "b8_logu16k": (lognormal_lens(8, 100, 16384, 6), 8, None, 8192),
+    "b16_l8k": ([8192] * 16, 8, None, None),
     "b128_50_8k": (lognormal_lens(128, 50, 8192, 3), 8, None, None),
     "swa128_b1": ([8192], 8, 128, None),
     "swa128_b64": ([8192] * 64, 8, 128, None),
