@@ -48,8 +48,9 @@ sanitize() {  # tool, limit_s, args (SAN_TOOL_ARGS: the tool's own options; SAN_
 }
 synccheck_one() {  # limit_s, args: SAN_TOOL_ARGS default for synccheck only, not the later steps
   # 256 tracked barriers: the fp8 9-warp splits overflowed 64 (runs 125-127); the
-  # case loop below takes each case's own (sanitize_cases.py --synccheck-args).
-  SAN_TOOL_ARGS=${SAN_TOOL_ARGS:---num-cuda-barriers 256} sanitize synccheck "$@"
+  # case loop below takes each case's own (sanitize_cases.py --synccheck-args;
+  # set but empty: the tool's default).
+  SAN_TOOL_ARGS=${SAN_TOOL_ARGS---num-cuda-barriers 256} sanitize synccheck "$@"
 }
 for step in "$@"; do
   case $step in
@@ -74,8 +75,7 @@ for step in "$@"; do
       else
         n=$(python3 benchmarks/sanitize_cases.py --num-cases)
         for kv in bf16 fp8; do for c in $(seq 0 $((n - 1))); do
-          # (a trailing space: an empty option list is still set)
-          SAN_TOOL_ARGS="$(python3 benchmarks/sanitize_cases.py --synccheck-args "$c") " \
+          SAN_TOOL_ARGS="$(python3 benchmarks/sanitize_cases.py --synccheck-args "$c")" \
             SAN_TAG=_${kv}_$c synccheck_one "${SAN_S:-40}" "--case $c --kv $kv"
         done; done
         SAN_TAG=_balanced synccheck_one "${SAN_S:-90}" --balanced

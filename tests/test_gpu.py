@@ -78,7 +78,7 @@ def test_gpu_representative(batch, lens, num_kv_heads, window):
 def test_warp_per_head_pairs_past_one_wave(kv_dtype):
     # More (request, kv head) pairs than the warp-per-head kernel's resident
     # warps (~1056 on an H200): each warp streams several pairs in a row,
-    # carrying the next pair's leading pages, block ids and q across, through
+    # carrying the next pair's leading pages and block ids across, through
     # empty and one-page pairs between them.
     batch, kvh, window = 1200, 2, 128
     lens = [0 if i % 5 == 0 else 1 + (37 * i) % 700 for i in range(batch)]
