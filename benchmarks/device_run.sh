@@ -48,8 +48,8 @@ sanitize() {  # tool, limit_s, args (SAN_TOOL_ARGS: the tool's own options; SAN_
 }
 synccheck_one() {  # limit_s, args: SAN_TOOL_ARGS default for synccheck only, not the later steps
   # 256 tracked barriers: the fp8 9-warp splits overflowed 64 (runs 125-127); the
-  # case loop below takes each case's own (sanitize_cases.py --synccheck-args;
-  # set but empty: the tool's default).
+  # case loop below takes each case's own (sanitize_cases.py --synccheck-args,
+  # read once; set but empty: the tool's default).
   SAN_TOOL_ARGS=${SAN_TOOL_ARGS---num-cuda-barriers 256} sanitize synccheck "$@"
 }
 for step in "$@"; do
@@ -73,9 +73,9 @@ for step in "$@"; do
     synccheck)
       if [ -n "${SAN_ARGS:-}" ]; then synccheck_one "${SAN_S:-120}" "$SAN_ARGS"
       else
-        n=$(python3 benchmarks/sanitize_cases.py --num-cases)
-        for kv in bf16 fp8; do for c in $(seq 0 $((n - 1))); do
-          SAN_TOOL_ARGS="$(python3 benchmarks/sanitize_cases.py --synccheck-args "$c")" \
+        mapfile -t case_args < <(python3 benchmarks/sanitize_cases.py --synccheck-args)
+        for kv in bf16 fp8; do for c in "${!case_args[@]}"; do
+          SAN_TOOL_ARGS="${case_args[$c]}" \
             SAN_TAG=_${kv}_$c synccheck_one "${SAN_S:-40}" "--case $c --kv $kv"
         done; done
         SAN_TAG=_balanced synccheck_one "${SAN_S:-90}" --balanced

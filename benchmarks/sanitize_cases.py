@@ -13,7 +13,8 @@ slow); --defaults: the op's default plans only, one kernel of each kind per
 format; --case I: of those, the I-th only; --kv bf16|fp8: one format only;
 --balanced: the balanced machinery only (--balanced-case I: its I-th launch
 only, counting from 0 over the formats run); --num-cases: print how many default
-cases there are; --synccheck-args I: the tool options synccheck needs for case I.
+cases there are; --synccheck-args: the tool options synccheck needs for each
+default case, one line per case.
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def main() -> None:
         print(len(CASES))
         return
     if "--synccheck-args" in sys.argv:
-        case = int(sys.argv[sys.argv.index("--synccheck-args") + 1])
-        print("" if case in SYNCCHECK_DEFAULT_TRACKING else "--num-cuda-barriers 256")
+        for case in range(len(CASES)):
+            print("" if case in SYNCCHECK_DEFAULT_TRACKING else "--num-cuda-barriers 256")
         return
     only = int(sys.argv[sys.argv.index("--case") + 1]) if "--case" in sys.argv else None
     defaults = only is not None or "--defaults" in sys.argv
