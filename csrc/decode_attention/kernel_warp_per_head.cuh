@@ -1,8 +1,8 @@
 // Paged decode attention with one warp per (request, kv head), bf16 or fp8
 // cache (Kv): no splits and no merge. A persistent grid of at most
 // ceil(batch x kv heads / kWarps) CTAs (what the GPU holds at once, see
-// launch_plan.cpp); warp w of CTA c takes the pair c x kWarps + w (and every
-// gridDim.x x kWarps-th after it), streams all its attended pages
+// launch_plan.cpp); warp w of CTA c takes the pair c + w x gridDim.x (and
+// every gridDim.x x kWarps-th after it), streams all its attended pages
 // through its own ring and writes the normalized output straight from its
 // fragments.
 //
@@ -76,20 +76,23 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int g = lane >> 2, t = lane & 3;
   const int num_pairs = p.batch * p.num_kv_heads;
   // NOTE: a warp without a pair leaves at once; nothing below is CTA-wide.
-  if (blockIdx.x * kWarps + warp >= num_pairs) return;
+  const int first = blockIdx.x + warp * gridDim.x;
+  if (first >= num_pairs) return;
   if (lane == 0) Kv::prefetch_map(&p.kv_map);
   uint8_t* const ring = sm.ring[warp][0];
   ptx::Mbarrier* const bars = sm.bars[warp];
   init_ring_barriers<kStages>(bars, lane);
 
-  // Warp w of CTA c takes pairs c x kWarps + w + i x gridDim.x x kWarps: one
-  // pair unless the launch made the grid persistent (fewer CTAs than pairs
-  // need, launch_plan.cpp); its ring goes on from pair to pair (ring_base).
+  // Warp w of CTA c takes pairs c + (w + i x kWarps) x gridDim.x: one pair
+  // unless the launch made the grid persistent (fewer CTAs than pairs need,
+  // launch_plan.cpp); its ring goes on from pair to pair (ring_base). A CTA's
+  // warps take pairs gridDim.x apart, so that the batch's padding rows (its
+  // last requests, seq_len 0) and its runs of short requests spread over
+  // every CTA, and so over every SM, rather than leaving whole CTAs idle.
   // While a pair streams, the next pair's block ids are loaded (its seq_len
   // one pair earlier still), and the slots the stream frees last take the
   // next pair's leading pages: the ring does not drain between pairs.
   const int stride = gridDim.x * kWarps;
-  const int first = blockIdx.x * kWarps + warp;
   PairSpan cur = pair_span(p, first, p.seq_lens[first / p.num_kv_heads]);
   int len_after = first + stride < num_pairs ? p.seq_lens[(first + stride) / p.num_kv_heads] : 0;
   int ring_base = 0, carried_bt = 0;

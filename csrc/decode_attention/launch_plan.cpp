@@ -238,8 +238,11 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
       break;
     }
     case KernelKind::kWarpPerHead: {
+      // At least one CTA per SM where there are as many pairs: the kernel
+      // spreads the pairs over the CTAs (c, c + grid, ...), so every SM streams.
       const int64_t per_warp = pairs_per_warp(num_pairs, *res, plan.warps);
-      shape->grid = dim3(ceil_div(num_pairs, plan.warps * per_warp));
+      const int64_t fill = std::min<int64_t>(num_pairs, res->sms);
+      shape->grid = dim3(std::max<int64_t>(ceil_div(num_pairs, plan.warps * per_warp), fill));
       shape->partials = shape->counters = 0;
       break;
     }
