@@ -1,6 +1,6 @@
 // Paged decode attention with one warp per (request, kv head), bf16 or fp8
-// cache (Kv): no splits and no merge. A persistent grid of at most
-// ceil(batch x kv heads / kWarps) CTAs (what the GPU holds at once, see
+// cache (Kv): no splits and no merge. A persistent grid (what the GPU holds
+// at once, and at least one CTA an SM where there are as many pairs: see
 // launch_plan.cpp); warp w of CTA c takes the pair c + w x gridDim.x (and
 // every gridDim.x x kWarps-th after it), streams all its attended pages
 // through its own ring and writes the normalized output straight from its
