@@ -12,9 +12,8 @@ run that is silently wrong still fails.
 slow); --defaults: the op's default plans only, one kernel of each kind per
 format; --case I: of those, the I-th only; --kv bf16|fp8: one format only;
 --balanced: the balanced machinery only (--balanced-case I: its I-th launch
-only, counting from 0 over the formats run); --num-cases: print how many default
-cases there are; --synccheck-args: the tool options synccheck needs for each
-default case, one line per case.
+only, counting from 0 over the formats run); --synccheck-args: the tool
+options synccheck needs for each default case, one line per case.
 """
 
 from __future__ import annotations
@@ -82,9 +81,6 @@ def run(plan, seq_lens, kvh, window):
 
 
 def main() -> None:
-    if "--num-cases" in sys.argv:
-        print(len(CASES))
-        return
     if "--synccheck-args" in sys.argv:
         for case in range(len(CASES)):
             print("" if case in SYNCCHECK_DEFAULT_TRACKING else "--num-cuda-barriers 256")
