@@ -84,15 +84,20 @@ def test_plan_without_pdl(pdl):
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 def test_default_plan(kv_dtype):
     # The balanced kernel for full attention from 8 requests and over more
-    # than 8 (request, kv head) pairs; the split kernels otherwise, for either
+    # (request, kv head) pairs than the split grid (2 x SMs CTAs) can give 8
+    # CTAs each (at least 8 pairs); the split kernels otherwise, for either
     # format (launch_plan.cpp). Never a function of the block tables (not an
     # input).
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    split_max_pairs = max(8, 2 * sms // 8)
     for batch, kvh, window in [(1, 8, None), (7, 2, None), (8, 1, None), (8, 2, None),
-                               (512, 2, None), (1, 8, 128), (64, 1, 128), (3, 16, 4096)]:
+                               (16, 2, None), (17, 2, None), (33, 1, None), (34, 1, None),
+                               (8, 8, None), (512, 2, None), (1, 8, 128), (64, 1, 128),
+                               (3, 16, 4096)]:
         q = torch.empty(batch, 8 * kvh, 128, dtype=torch.bfloat16, device="cuda")
         cache = torch.empty(1, kvh, 16, 256, dtype=kv_dtype, device="cuda")
         plan = plans.default_plan(q, cache, window)
-        balanced = window is None and batch >= 8 and batch * kvh > 8
+        balanced = window is None and batch >= 8 and batch * kvh > split_max_pairs
         assert (plan.kind == "balanced") == balanced, (batch, kvh, window, plan)
         assert plan.kv == ("fp8" if kv_dtype == FP8 else "bf16")
         if not balanced:

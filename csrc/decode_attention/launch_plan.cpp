@@ -164,18 +164,24 @@ LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, KvDtype
 // bulk-copy intake needs, and 8 warps per SM give the fp8 conversions the
 // issue slots they need (device runs 83-85).
 //
-// The split kernels stay for sliding-window layers and for full attention
-// below kBalancedMinBatch requests or over at most 8 (request, kv head) pairs
-// (each pair then has the whole GPU's splits to itself): a balanced call
-// costs a few us more than a split one (its merges' round trips, and the next
-// call's CTAs can start only as this one's leave), which the balance repays
-// only where the lengths can be ragged over many requests
-// (docs/launch-plan.md). The same rule for both formats: the fixed cost does
-// not depend on the page's bytes.
+// The split kernels stay for sliding-window layers, for full attention
+// below kBalancedMinBatch requests, and wherever their grid (2 x SMs CTAs)
+// gives every (request, kv head) pair at least kSplitMinCtasPerPair CTAs:
+// a balanced call costs a few us more than a split one (its merges' round
+// trips after the streams, and the next call's CTAs can start only as this
+// one's leave), which the balance repays only where the split grid's CTAs
+// are too few to follow ragged lengths. Why it generalises: it counts the
+// split grid's CTAs a pair (cta_share divides them among the requests by
+// their lengths), not a shape; 8 a pair left a skewed batch's long request
+// within a few % of balanced, 4 did not (docs/launch-plan.md). The same rule
+// for both formats.
 constexpr int kBalancedMinBatch = 8;
+constexpr int kSplitMinCtasPerPair = 8;
 
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
-  const bool balanced = !sliding && batch >= kBalancedMinBatch && batch * num_kv_heads > 8;
+  const int64_t pairs = int64_t(batch) * num_kv_heads;
+  const int64_t split_max_pairs = std::max(8, 2 * num_sms / kSplitMinCtasPerPair);
+  const bool balanced = !sliding && batch >= kBalancedMinBatch && pairs > split_max_pairs;
   if (!balanced) return split_kernels_plan(batch, num_kv_heads, sliding, kv, num_sms);
   LaunchPlan plan;
   plan.kind = KernelKind::kBalanced;

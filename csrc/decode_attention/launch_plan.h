@@ -40,9 +40,9 @@ struct LaunchPlan {
 LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms);
 
 // The split kernels' plan for such a call (what plan_launch picks for
-// sliding windows and for full attention below 8 requests or over at most 8
-// (request, kv head) pairs), for A/B runs against the balanced kernel on any
-// shape.
+// sliding windows and for full attention below 8 requests or over as few
+// (request, kv head) pairs as their grid gives 8 CTAs each), for A/B runs
+// against the balanced kernel on any shape.
 LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms);
 
 // Empty if `plan` names a compiled kernel and valid parameters, else why not
