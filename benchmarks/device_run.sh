@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's one script: the named steps in order, each under a time
 # limit, a short summary last (and in $OUT/summary.txt).
-#   bash benchmarks/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu demo
+#   bash benchmarks/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu ncusrc demo
 #   build      the extension (pip install -e ., the system g++)
 #   smoke      tests/test_balanced.py, test_fp8.py, test_kernel_variants.py (GPU ids)
 #   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu), its log
