@@ -18,8 +18,8 @@
 #   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan [fp8]; ..."),
 #              NCU_SECTIONS (default: speed of light, warp states, launch, occupancy,
 #              compute workload -- pipe utilization -- and instruction mix)
-#   ncusrc     ncu source counters of one launch per NCU_SPECS: stall samples per
-#              instruction and source line (benchmarks/ncu_source.py)
+#   ncusrc     ncu source counters of one launch per NCU_SPECS: warp-stall samples per
+#              source line (benchmarks/ncu_source.py; NCU_RANGES "FILE:FIRST-LAST ...")
 #   demo       python -m flint_attention
 # Record what each call showed in benchmarks/logs/ (the session's file).
 set -u -o pipefail
@@ -117,11 +117,10 @@ for step in "$@"; do
         timeout 150 ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \
           --section SourceCounters --section WarpStateStats --import-source yes -f -o "$rep" \
           python3 benchmarks/ncu_row.py "$1" "$2" ${3:-} >"$rep.log" 2>&1
-        ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda,sass >"$rep.csv" 2>"$rep.err" ||
-          ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.csv" 2>>"$rep.err"
-        python3 benchmarks/ncu_source.py "$rep.csv" 60 >"$rep.txt" 2>&1
-        note "ncusrc $1 $2 ${3:-}: $(head -c 300 "$rep.txt" | tr '\n' ' ')"
+        ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda,sass >"$rep.csv" 2>"$rep.err"
         gzip -f "$rep.csv"; rm -f "$rep.ncu-rep"
+        python3 benchmarks/ncu_source.py "$rep.csv.gz" 60 ${NCU_RANGES:-} >"$rep.txt" 2>&1
+        note "ncusrc $1 $2 ${3:-}: $(head -1 "$rep.txt")"
       done ;;
     demo) python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15; note "demo rc=$?" ;;
   esac

@@ -1,67 +1,79 @@
-"""Warp-stall samples per instruction from an Nsight Compute report's source
-page (`ncu -i R --page source --csv --print-source ...`), for the device_run
-step `ncusrc`: the sampled columns' totals, the instructions with the most
-samples (and their nonzero sampled columns), and the samples summed per CUDA
-source line where the page carries one.
+"""Warp-stall samples per CUDA source line from an Nsight Compute report's
+source page, for the device_run step `ncusrc`:
 
-    python benchmarks/ncu_source.py PAGE.csv [TOP]
+    ncu -i R.ncu-rep --page source --csv --print-source cuda,sass > R.csv
+    python benchmarks/ncu_source.py R.csv [TOP] [FILE:FIRST-LAST ...]
+
+The page has one section per source file ("File Path" row, then a "Line No"
+header); each CUDA line's row carries the samples of its SASS instructions,
+which follow it with an empty line number. Only the line rows are summed
+(the SASS rows would count every sample twice). Prints the stall reasons'
+shares over the kernel, the TOP lines (default 40) by samples with their
+main reasons, and the samples within each FILE:FIRST-LAST range.
 """
 
 import csv
-import re
+import gzip
 import sys
-from collections import defaultdict
+from collections import Counter
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
 
 
 def number(x):
     try:
-        return float(x.replace(",", ""))
+        return float(x)
     except ValueError:
-        return None
+        return 0.0
+
+
+def source_lines(path):
+    """(file name, line number, source text, {column: value}) for every CUDA line row."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="", errors="replace") as f:
+        name, head = None, None
+        for r in csv.reader(f):
+            if len(r) == 2 and r[0] == "File Path":
+                name = r[1].rsplit("/", 1)[-1]
+            elif r and r[0] == "Line No":
+                head = r
+            elif head and len(r) == len(head) and r[0]:
+                # columns 0-1: the line's number and text; 2-3: a SASS row's address and text
+                yield name, int(r[0]), r[1], dict(zip(head[4:], r[4:]))
 
 
 def main():
-    path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 40
-    rows = list(csv.reader(open(path, newline="", errors="replace")))
-    head_i = next((i for i, r in enumerate(rows) if any("Address" in c or "Source" == c.strip('# ') for c in r)), None)
-    if head_i is None:
-        print("no header found; first lines:", *rows[:5], sep="\n")
+    path = sys.argv[1]
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    lines = list(source_lines(path))
+    if not lines:
+        print("no source lines: not a --print-source cuda,sass page?")
         return
-    head = rows[head_i]
-    body = [r for r in rows[head_i + 1:] if len(r) == len(head)]
-    print("columns:", head)
-    src_col = next((i for i, c in enumerate(head) if c.strip("# ") == "Source"), None)
-    addr_col = next((i for i, c in enumerate(head) if "Address" in c), None)
-    numeric = [i for i in range(len(head)) if i not in (src_col, addr_col)
-               and sum(number(r[i]) is not None for r in body) > len(body) // 2]
-    samp = [i for i in numeric if "Sampl" in head[i] or "stall" in head[i].lower()]
-    main_col = next((i for i in samp if "All Samples" in head[i]), samp[0] if samp else None)
-    print("rows", len(body), "sampled columns:", [head[i] for i in samp])
-    for i in samp:
-        print(f"  total {head[i]}: {sum(number(r[i]) or 0 for r in body):.0f}")
-    if main_col is None:
-        return
-    ranked = sorted(body, key=lambda r: -(number(r[main_col]) or 0))[:top]
-    print(f"\ntop {top} by {head[main_col]}:")
-    for r in ranked:
-        extra = ", ".join(f"{head[i]}={r[i]}" for i in numeric
-                          if i != main_col and (number(r[i]) or 0) != 0)[:400]
-        print(f"{r[addr_col] if addr_col is not None else '?'} {r[main_col]:>8} | "
-              f"{r[src_col][:70] if src_col is not None else ''} | {extra}")
-    # CUDA lines (cuda,sass pages interleave source lines; file:line tags vary): sum by
-    # the latest source-looking row.
-    by_line = defaultdict(float)
-    cur = None
-    for r in body:
-        s = r[src_col] if src_col is not None else ""
-        if addr_col is not None and not re.match(r"^\s*(0x)?[0-9a-fA-F]+\s*$", r[addr_col] or ""):
-            cur = s.strip()[:90]
-            continue
-        by_line[cur] += number(r[main_col]) or 0
-    if len(by_line) > 1:
-        print("\nby source line (top):")
-        for k, v in sorted(by_line.items(), key=lambda kv: -kv[1])[:top]:
-            print(f"{v:8.0f}  {k}")
+    stalls = [c for c in lines[0][3] if c.startswith("stall_") and "Not Issued" not in c]
+    by_reason = Counter()
+    for *_, d in lines:
+        for c in stalls:
+            by_reason[c] += number(d[c])
+    total = sum(by_reason.values())
+    print(f"samples {total:.0f}: " + ", ".join(
+        f"{c[6:]} {100 * v / total:.1f}%" for c, v in by_reason.most_common(10)))
+
+    def reasons(d):
+        return " ".join(f"{c[6:]}={number(d[c]):.0f}"
+                        for c in sorted(stalls, key=lambda c: -number(d[c]))[:4] if number(d[c]))
+
+    print(f"\ntop {top} lines by samples:")
+    for name, line, text, d in sorted(lines, key=lambda x: -number(x[3][SAMPLES]))[:top]:
+        print(f"{number(d[SAMPLES]):7.0f} {name}:{line} {text.strip()[:60]!r} "
+              f"executed={d['Instructions Executed']} {reasons(d)}")
+    for spec in sys.argv[3:]:
+        name, span = spec.rsplit(":", 1)
+        first, last = map(int, span.split("-"))
+        inside = [x for x in lines if x[0] == name and first <= x[1] <= last]
+        print(f"\n{spec}: {sum(number(d[SAMPLES]) for *_, d in inside):.0f} samples")
+        for _, line, text, d in inside:
+            if number(d[SAMPLES]) >= 5:
+                print(f"{number(d[SAMPLES]):7.0f} {line} {text.strip()[:60]!r} {reasons(d)}")
 
 
 if __name__ == "__main__":
