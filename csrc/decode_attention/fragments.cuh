@@ -66,6 +66,16 @@ __device__ __forceinline__ PageRows attended_rows(int page, int start_tok, int s
   return {max(start_tok - first, 0), min(seq_len - first, kPageTokens)};
 }
 
+// The L2 policy of a stream's k-th page copy, in a ring of `stages` slots. The
+// copies that refill a slot (k >= stages - 1) are the tail of a long stream,
+// read once a call: evict-first, so they do not push out the tables, partials
+// and code that the merges after the stream need. The leading copies, all a
+// short stream has, keep L2's own policy (evict-first there made short
+// window streams slower: docs/launch-plan.md).
+__device__ __forceinline__ uint64_t page_l2_policy(int k, int stages) {
+  return k >= stages - 1 ? ptx::l2_evict_first_policy() : ptx::l2_evict_unchanged_policy();
+}
+
 // ---- bf16 cache: pages of 16 rows x 512 bytes ----------------------------------
 //
 // q / K dims of q[4i + j]: 32i + 8t + 2j (16 contiguous bytes per i).
@@ -96,12 +106,14 @@ struct KvBf16 {
     return (r.hi - r.lo) * kRowBytes;
   }
   // A page's rows r into its ring slot, each at its place: one bulk copy of
-  // them as they lie in the cache (rows are 512 contiguous bytes).
+  // them as they lie in the cache (rows are 512 contiguous bytes), its L2
+  // lines under `policy` (page_l2_policy).
   __device__ __forceinline__ static void copy_rows(void* dst, const uint8_t* page,
                                                    const KvTensorMap* /*map*/, int /*head*/,
-                                                   int /*block*/, PageRows r, ptx::Mbarrier& bar) {
+                                                   int /*block*/, PageRows r, ptx::Mbarrier& bar,
+                                                   uint64_t policy) {
     ptx::bulk_copy_g2s(static_cast<uint8_t*>(dst) + r.lo * kRowBytes, page + r.lo * kRowBytes,
-                       copy_bytes(r), bar);
+                       copy_bytes(r), bar, policy);
   }
 
   __device__ __forceinline__ static int chunk_dim(int g, int h) {
@@ -238,10 +250,11 @@ struct KvFp8 {
   // tensor map, at kv head `head` of block `block`.
   __device__ __forceinline__ static void copy_rows(void* dst, const uint8_t* /*page*/,
                                                    const KvTensorMap* map, int head, int block,
-                                                   PageRows /*r*/, ptx::Mbarrier& bar) {
+                                                   PageRows /*r*/, ptx::Mbarrier& bar,
+                                                   uint64_t policy) {
     const uint32_t d = ptx::smem_addr(dst), b = ptx::smem_addr(&bar);
-    ptx::tensor_copy_4d_g2s(d, map, 0, 0, head, block, b);
-    ptx::tensor_copy_4d_g2s(d + kBoxBytes, map, kHeadDim, 0, head, block, b);
+    ptx::tensor_copy_4d_g2s(d, map, 0, 0, head, block, b, policy);
+    ptx::tensor_copy_4d_g2s(d + kBoxBytes, map, kHeadDim, 0, head, block, b, policy);
   }
   // Where 16-byte chunk c of row `row` of a box lies (the 128-byte swizzle).
   __device__ __forceinline__ static uint32_t chunk_addr(uint32_t box, int row, int c) {

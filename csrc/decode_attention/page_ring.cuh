@@ -97,7 +97,7 @@ __device__ __forceinline__ void issue_page(const Ring<Kv, kStages>& ring, const 
     ptx::mbarrier_arrive_expect_tx(ring.bar(n), Kv::copy_bytes(rows));
     probe.lap(kRefillArrive);
     Kv::copy_rows(ring.slot(n), s.kv_head + block * s.stride_block, s.map, s.head, block, rows,
-                  ring.bar(n));
+                  ring.bar(n), page_l2_policy(k, kStages));
     probe.lap(kRefillCopy);
   }
 }

@@ -58,7 +58,7 @@ struct WarpPages {
       const PageRows rows = attended_rows(first_page + k * step, start_tok, seq_len);
       ptx::mbarrier_arrive_expect_tx(bar_of(k), Kv::copy_bytes(rows));
       Kv::copy_rows(slot_of(k), kv_head + block * stride_block, map, head, block, rows,
-                    bar_of(k));
+                    bar_of(k), page_l2_policy(k, kStages));
     }
   }
 };
