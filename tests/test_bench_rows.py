@@ -454,14 +454,3 @@ def test_cpu_run_recovers_from_a_hung_worker(tmp_path):
     assert rows["b3_h1_l200_fp8"]["impls"]["flint"]["reason"] == "hung: no progress for 3 s during timing"
     assert all(rows[n]["impls"]["flint"]["status"] == "ok" for n in ("b2_h1_l100", "b2_h1_l100_fp8",
                                                                      "b3_h1_l200"))
-
-
-def test_balance_of_a_split_plan_is_reported_not_computed():
-    # The balance column: only the balanced kernel divides pages on the
-    # device; a split plan's balance is an explained n/a, never a crash (device
-    # run 89's bench printed a TypeError for every row).
-    from flint_attention.testing import plans
-
-    split = plans.Plan(kind="split", splits=16, warps=9, stages=2)
-    with pytest.raises(ValueError, match="split plan"):
-        split.balance([100, 0], None, 8)

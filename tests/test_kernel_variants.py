@@ -209,3 +209,51 @@ def test_split_plan_of_one_split_uses_no_workspace():
     plan = plans.legacy_plan(inp.q, inp.kv_cache, None)
     assert plan.kind == "split" and plan.splits == 1, plan
     check_twice(plan, inp, None)
+
+
+def _attended_pages(seq_lens, window):
+    """Pages of [start, len) per request, counted here from the spec."""
+    out = []
+    for n in seq_lens:
+        start = max(n - window, 0) if window else 0
+        out.append(-(-n // 16) - start // 16 if n > 0 else 0)
+    return out
+
+
+@pytest.mark.parametrize("window", [None, 128])
+@pytest.mark.parametrize("kind", ["split", "cluster", "warp-per-head"])
+def test_cta_pages_cover_every_page_once(kind, window):
+    # The benchmark's balance column for the non-balanced kernels
+    # (plans.Plan.cta_pages): the division redone on the host must hand out
+    # each attended page of each (request, kv head) exactly once, over the
+    # launch's grid, whatever the lengths (fresh ragged ones, padding rows).
+    plan = next(p for p in VARIANTS if p.kind == kind and p.kv == "bf16")
+    if kind == "split":
+        plan = dataclasses.replace(plan, splits=int(torch.randint(1, 20, ()).item()))
+    kvh = int(torch.randint(1, 9, ()).item())
+    batch = int(torch.randint(1, 200, ()).item())
+    seq_lens = torch.randint(0, 9000, (batch,))
+    seq_lens[torch.rand(batch) < 0.2] = 0
+    seq_lens = seq_lens.tolist()
+    inp = make_paged_inputs(batch, seq_lens, kvh, window, "cuda")
+    per_cta = plan.cta_pages(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, window)
+    pairs = batch * kvh
+    want_ctas = {"split": pairs * plan.splits, "cluster": pairs * plan.splits}.get(kind)
+    if want_ctas is not None:
+        assert len(per_cta) == want_ctas, (plan.name, len(per_cta))
+    assert min(per_cta) >= 0
+    assert sum(per_cta) == kvh * sum(_attended_pages(seq_lens, window)), (plan.name, seq_lens)
+    busiest, mean = plan.balance(seq_lens, window, kvh, max_blocks=inp.block_tables.shape[1])
+    assert busiest == max(per_cta) and mean == pytest.approx(sum(per_cta) / len(per_cta))
+
+
+def test_cta_pages_of_one_long_request():
+    # Worked by hand from kernel.cuh: 512 pages of one request over 16 CTAs of
+    # 9 warps. 15 splits of 9 warps give each warp at most 4 pages (16 of the 8
+    # merge warps would too, but need more splits), page k to warp k mod 135:
+    # warps 0..106 take 4, 107..134 take 3, so CTAs 0..10 stream 36 pages,
+    # CTA 11 35, CTAs 12..14 27 and CTA 15 none, for each kv head.
+    plan = plans.Plan(kind="split", warps=9, stages=2, splits=16, min_pages=1)
+    inp = make_paged_inputs(1, [8192], 2, None, "cuda")
+    per_cta = plan.cta_pages(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, None)
+    assert per_cta == ([36] * 11 + [35] + [27] * 3 + [0]) * 2

@@ -1,7 +1,8 @@
-// The batch's attended pages and how the balanced kernel divides them among
-// its warps: host and device share these formulas (the kernel computes the
-// division on the device at every call; tests and benchmarks read it on the
-// host through the testing extension).
+// The batch's attended pages and how the kernels divide them: the balanced
+// kernel among its warps, the split kernels among their CTAs. Host and device
+// share these formulas (the kernels compute the division on the device at
+// every call; tests and benchmarks read it on the host through the testing
+// extension).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +67,31 @@ FLINT_HOST_DEVICE Division divide_pages(int64_t total, int ctas, int warps, int 
   int64_t per_warp = (total + all_warps - 1) / all_warps;
   if (per_warp < min_per_warp) per_warp = min_per_warp;
   return {total, per_warp, per_warp * warps};
+}
+
+// ---- the split kernels' division (kernel.cuh) ------------------------------
+//
+// A kv head's CTAs are divided among its requests by their attended pages:
+// request b gets one CTA and `spare` x its share of the pages (rounded down),
+// spare being the CTAs past one a request (cta_share).
+FLINT_HOST_DEVICE int request_ctas(int64_t spare, int pages, int total_pages) {
+  return 1 + (total_pages > 0 ? int(spare * pages / total_pages) : 0);
+}
+
+// The fewest splits of `warps` warps that give each warp the same largest
+// number of the `pages`, at most `cap` and each warp at least min_pages.
+FLINT_HOST_DEVICE int fewest_splits(int pages, int warps, int cap, int min_pages) {
+  const int wanted = (pages + warps * min_pages - 1) / (warps * min_pages);
+  const int splits = cap < wanted ? cap : wanted;
+  const int pages_per_warp = (pages + splits * warps - 1) / (splits * warps);
+  return (pages + pages_per_warp * warps - 1) / (pages_per_warp * warps);
+}
+
+// Pages of warp gw of the warps_total warps that interleave a request's
+// num_pages pages (page k goes to warp k mod warps_total).
+FLINT_HOST_DEVICE int interleaved_pages(int num_pages, int gw, int warps_total) {
+  const int left = num_pages - gw > 0 ? num_pages - gw : 0;
+  return (left + warps_total - 1) / warps_total;
 }
 
 }  // namespace flint

@@ -32,14 +32,6 @@ namespace flint {
 
 namespace detail {
 
-// The fewest splits of `warps` warps that give each warp the same largest
-// number of the `pages`, at most `cap` and each warp at least min_pages.
-__device__ __forceinline__ int fewest_splits(int pages, int warps, int cap, int min_pages) {
-  const int splits = min(cap, (pages + warps * min_pages - 1) / (warps * min_pages));
-  const int pages_per_warp = (pages + splits * warps - 1) / (splits * warps);
-  return (pages + pages_per_warp * warps - 1) / (pages_per_warp * warps);
-}
-
 // Which request of the batch, and which of its splits, a CTA of one kv head
 // takes. The kv head's CTAs (at most `active` of them streaming: one wave)
 // are divided among the requests on the device, from their actual lengths:
@@ -66,7 +58,7 @@ __device__ __forceinline__ CtaShare cta_share(const DecodeParams& p, int f, int 
   int base = 0;
   for (int b0 = 0; b0 < p.batch; b0 += 32) {
     const int b = b0 + lane;
-    const int ctas = b < p.batch ? 1 + (total > 0 ? int(spare * pages_of(b) / total) : 0) : 0;
+    const int ctas = b < p.batch ? request_ctas(spare, pages_of(b), total) : 0;
     const int incl = warp_inclusive_sum(ctas, lane);
     const int first = base + incl - ctas;
     const unsigned hit = __ballot_sync(kFullMask, f >= first && f < first + ctas);
@@ -176,8 +168,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // Warp gw of the (request, kv head) takes pages start_page + gw + k * warps_total.
   const int warps_total = num_splits * stream_warps;
   const int gw = split * stream_warps + warp;
-  const int n_pages =
-      warp < stream_warps ? (max(num_pages - gw, 0) + warps_total - 1) / warps_total : 0;
+  const int n_pages = warp < stream_warps ? interleaved_pages(num_pages, gw, warps_total) : 0;
   const WarpPages<Kv, kStages> pages{
       p.block_tables + b * p.bt_stride_b + start_page + gw,
       kv_head_of<Kv>(p, kvh),

@@ -232,6 +232,8 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
   const int64_t num_pairs = int64_t(p.batch) * p.num_kv_heads;
   shape->block = dim3(32 * plan.warps);
   shape->smem_bytes = smem;
+  shape->max_active_splits =
+      static_cast<int>(std::max<int64_t>(1, res->total() / std::max<int64_t>(num_pairs, 1)));
   switch (plan.kind) {
     case KernelKind::kBalanced: {
       // Persistent: half the CTAs an SM holds (at least one), so that a PDL
@@ -326,11 +328,9 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan
   if (err != cudaSuccess) return err;
   p.refill = plan.refill;
   if (plan.kind != KernelKind::kBalanced) {
-    const int resident = res.total();
     const int num_pairs = p.batch * p.num_kv_heads;
     p.min_pages = plan.min_pages;
-    // At most one wave of active splits; a cluster keeps every rank active.
-    p.max_active_splits = std::max(1, resident / std::max(num_pairs, 1));
+    p.max_active_splits = shape.max_active_splits;
     if (plan.kind == KernelKind::kWarpPerHead && p.refill == Refill::kKernelRule)
       p.refill = pairs_per_warp(num_pairs, res, plan.warps) >= 2 ? Refill::kAfterWait
                                                                  : Refill::kBeforeWait;

@@ -55,6 +55,9 @@ struct LaunchShape {
   int smem_bytes;
   int64_t partials;  // workspace partials (rows of part_o / part_ml) it may use
   int64_t counters;  // workspace arrival counters it may use
+  // Split kernels: at most this many of a (request, kv head)'s CTAs take
+  // pages, so that the active ones make one wave (a cluster keeps every rank).
+  int max_active_splits;
 };
 cudaError_t launch_shape(const DecodeParams& p, const LaunchPlan& plan, int device,
                          LaunchShape* shape);

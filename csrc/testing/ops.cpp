@@ -111,6 +111,98 @@ std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache
   return {shape.grid.x, std::min(d.cta_pages, total), total, d.per_warp, d.cta_pages, cost};
 }
 
+// The attended pages each CTA of a split, cluster or warp-per-head launch
+// streams, CTA by CTA in the grid's order (x fastest): the division those
+// kernels make on the device (kernel.cuh, kernel_warp_per_head.cuh), redone
+// here from the same formulas (division.h) for the benchmark's balance.
+std::vector<int64_t> cta_pages_op(const at::Tensor& q, const at::Tensor& kv_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                                  std::optional<int64_t> window, c10::IntArrayRef plan_ints) {
+  const LaunchPlan plan = from_ints(plan_ints);
+  TORCH_CHECK(plan.kind != KernelKind::kBalanced,
+              "flint_testing.cta_pages: a split, cluster or warp-per-head plan (division for the "
+              "balanced kernel)");
+  const std::string bad = check_plan(plan);
+  TORCH_CHECK(bad.empty(), "flint_testing.cta_pages: ", bad);
+  const c10::cuda::CUDAGuard guard(q.device());
+  DecodeParams p{};
+  p.batch = static_cast<int>(q.size(0));
+  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
+  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  LaunchShape shape{};
+  C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
+  const at::Tensor lens = seq_lens.to(at::kCPU).contiguous();
+  TORCH_CHECK(lens.size(0) == p.batch, "flint_testing.cta_pages: one length a request");
+  const int max_blocks = static_cast<int>(block_tables.size(1));
+  std::vector<int> pages(p.batch);
+  int total = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    pages[b] = std::max(seq_extent(lens.data_ptr<int32_t>()[b], p.window, max_blocks).num_pages, 0);
+    total += pages[b];
+  }
+  const int64_t grid = int64_t(shape.grid.x) * shape.grid.y * shape.grid.z;
+  std::vector<int64_t> out(grid, 0);
+  if (plan.kind == KernelKind::kWarpPerHead) {
+    // Warp w of CTA c: pairs c + (w + i x warps) x grid.
+    const int64_t pairs = int64_t(p.batch) * p.num_kv_heads;
+    for (int64_t pair = 0; pair < pairs; ++pair)
+      out[pair % grid] += pages[pair / p.num_kv_heads];
+    return out;
+  }
+  // Split and cluster kernels: grid (splits, kv heads, batch); every kv head
+  // divides alike. CTA f = b x max_splits + split of a kv head, as cta_share.
+  const int max_splits = static_cast<int>(shape.grid.x);
+  const int merge_warps = std::min(plan.warps, 8);
+  std::vector<int64_t> head(int64_t(max_splits) * p.batch, 0);
+  std::vector<int> owner(head.size(), -1), split_of(head.size(), 0), cap_of(head.size(), 0);
+  const int cap0 = std::min(max_splits, shape.max_active_splits);
+  if (plan.kind == KernelKind::kSplit && max_splits > 1) {
+    const int64_t spare = int64_t(cap0) * p.batch - p.batch;
+    int64_t first = 0;
+    for (int b = 0; b < p.batch; ++b) {
+      const int ctas = request_ctas(spare, pages[b], total);
+      for (int s = 0; s < ctas && first + s < int64_t(head.size()); ++s) {
+        owner[first + s] = b;
+        split_of[first + s] = s;
+        cap_of[first + s] = ctas;
+      }
+      first += ctas;
+    }
+  } else {
+    for (int b = 0; b < p.batch; ++b)
+      for (int s = 0; s < max_splits; ++s) {
+        owner[int64_t(b) * max_splits + s] = b;
+        split_of[int64_t(b) * max_splits + s] = s;
+        cap_of[int64_t(b) * max_splits + s] = cap0;
+      }
+  }
+  for (size_t f = 0; f < head.size(); ++f) {
+    const int b = owner[f];
+    if (b < 0 || pages[b] <= 0) continue;
+    int num_splits = max_splits, stream_warps = plan.warps;
+    if (plan.kind == KernelKind::kSplit) {
+      num_splits = fewest_splits(std::max(pages[b], 1), plan.warps, cap_of[f], plan.min_pages);
+      if (plan.warps > merge_warps) {
+        const int s = fewest_splits(std::max(pages[b], 1), merge_warps, cap_of[f], plan.min_pages);
+        if (s <= num_splits) {
+          num_splits = s;
+          stream_warps = merge_warps;
+        }
+      }
+    }
+    if (split_of[f] >= num_splits) continue;
+    for (int w = 0; w < stream_warps; ++w)
+      head[f] += interleaved_pages(pages[b], split_of[f] * stream_warps + w,
+                                   num_splits * stream_warps);
+  }
+  for (int kvh = 0; kvh < p.num_kv_heads; ++kvh)
+    for (size_t f = 0; f < head.size(); ++f) {
+      const int64_t b = int64_t(f) / max_splits, x = int64_t(f) % max_splits;
+      out[(b * p.num_kv_heads + kvh) * max_splits + x] = head[f];
+    }
+  return out;
+}
+
 }  // namespace
 
 // Defined in pdl_writer.cu.
@@ -139,6 +231,8 @@ TORCH_LIBRARY(flint_testing, m) {
   m.def("variant(int i) -> int[]", &variant_op);
   m.def("division(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, int? window, "
         "int[] plan) -> int[]");
+  m.def("cta_pages(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, int? window, "
+        "int[] plan) -> int[]");
   // The balanced kernel with %globaltimer stamps at its phases (balanced_phases.cu).
   m.def("balanced_phases(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, "
         "Tensor sinks, int? window, float scale, Tensor(a!) out, Tensor? k_scale, "
@@ -151,6 +245,7 @@ TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) {
   m.impl("default_plan", &default_plan_op);
   m.impl("legacy_plan", &legacy_plan_op);
   m.impl("division", &division_op);
+  m.impl("cta_pages", &cta_pages_op);
   m.impl("balanced_phases", &balanced_phases);
 }
 

@@ -55,14 +55,13 @@ class Plan:
 
     def balance(self, seq_lens, window: int | None, num_kv_heads: int, max_blocks: int | None = None,
                 device=None) -> tuple[int, float]:
-        """(units of the busiest CTA, mean units per CTA of the grid) of a call
-        with these lengths under this (balanced) plan, from the division the
-        kernel computes on the device. A unit is a page, or part of a piece's
-        fixed cost (fp8: one unit per segment; bf16: none, units are pages:
-        csrc/decode_attention/division.h)."""
-        if self.kind != "balanced":
-            raise ValueError(f"balance: {self.name} is a split plan; only the balanced kernel "
-                             "divides the pages (flint_testing.division)")
+        """(units of the busiest CTA, mean units per CTA of the launch's grid)
+        of a call with these lengths under this plan, from the division the
+        kernel makes on the device. Balanced plans: a unit is a page, or part
+        of a piece's fixed cost (fp8: one unit per segment; bf16: none,
+        csrc/decode_attention/division.h). Split, cluster and warp-per-head
+        plans: a unit is a page, and a CTA's are what its warps stream (a
+        split CTA that takes no request or no pages counts 0)."""
         lens = torch.as_tensor(list(seq_lens), dtype=torch.int32)
         device = torch.device(device or "cuda")
         longest = int(lens.max()) if lens.numel() else 0
@@ -70,9 +69,18 @@ class Plan:
         q = torch.empty(len(lens), 8 * num_kv_heads, 128, dtype=torch.bfloat16, device=device)
         kv = torch.empty(1, num_kv_heads, 16, 256, dtype=torch.bfloat16, device=device)
         bt = torch.empty(len(lens), max_blocks, dtype=torch.int32, device=device)
+        if self.kind != "balanced":
+            per_cta = _ops().cta_pages(q, kv, bt, lens.to(device), window, self.to_ints())
+            return max(per_cta), sum(per_cta) / len(per_cta)
         ctas, busiest, total = _ops().division(q, kv, bt, lens.to(device), window,
                                                self.to_ints())[:3]
         return busiest, total / ctas
+
+    def cta_pages(self, q, kv_cache, block_tables, seq_lens, window: int | None) -> list[int]:
+        """The attended pages each CTA of this (split, cluster or
+        warp-per-head) plan's launch streams for this call, in the grid's
+        order (x fastest), as the kernel divides them on the device."""
+        return list(_ops().cta_pages(q, kv_cache, block_tables, seq_lens, window, self.to_ints()))
 
 
 def default_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) -> Plan:
