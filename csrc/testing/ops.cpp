@@ -82,6 +82,19 @@ std::vector<int64_t> variant_op(int64_t i) {
   return to_ints(variant_plan(static_cast<int>(i)));
 }
 
+// The launch shape of `plan` for a call of q's batch and kv_cache's kv heads
+// on q's device; p gets the call's batch, kv heads and window.
+LaunchShape shape_of_call(const at::Tensor& q, const at::Tensor& kv_cache,
+                          std::optional<int64_t> window, const LaunchPlan& plan, DecodeParams& p) {
+  const c10::cuda::CUDAGuard guard(q.device());
+  p.batch = static_cast<int>(q.size(0));
+  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
+  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  LaunchShape shape{};
+  C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
+  return shape;
+}
+
 // Where the pages of a call go under a balanced plan: [ctas, units of the
 // busiest CTA, total units, units per warp, units per CTA, a segment's units
 // besides its pages] (division.h: a unit is a page or part of a piece's fixed
@@ -91,13 +104,8 @@ std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache
                                  std::optional<int64_t> window, c10::IntArrayRef plan_ints) {
   const LaunchPlan plan = from_ints(plan_ints);
   TORCH_CHECK(plan.kind == KernelKind::kBalanced, "flint_testing.division: a balanced plan");
-  const c10::cuda::CUDAGuard guard(q.device());
   DecodeParams p{};
-  p.batch = static_cast<int>(q.size(0));
-  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
-  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
-  LaunchShape shape{};
-  C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
+  const LaunchShape shape = shape_of_call(q, kv_cache, window, plan, p);
   const at::Tensor lens = seq_lens.to(at::kCPU).contiguous();
   int64_t total = 0;
   const int max_blocks = static_cast<int>(block_tables.size(1));
@@ -124,13 +132,8 @@ std::vector<int64_t> cta_pages_op(const at::Tensor& q, const at::Tensor& kv_cach
               "balanced kernel)");
   const std::string bad = check_plan(plan);
   TORCH_CHECK(bad.empty(), "flint_testing.cta_pages: ", bad);
-  const c10::cuda::CUDAGuard guard(q.device());
   DecodeParams p{};
-  p.batch = static_cast<int>(q.size(0));
-  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
-  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
-  LaunchShape shape{};
-  C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
+  const LaunchShape shape = shape_of_call(q, kv_cache, window, plan, p);
   const at::Tensor lens = seq_lens.to(at::kCPU).contiguous();
   TORCH_CHECK(lens.size(0) == p.batch, "flint_testing.cta_pages: one length a request");
   const int max_blocks = static_cast<int>(block_tables.size(1));
