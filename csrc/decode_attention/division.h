@@ -87,6 +87,22 @@ FLINT_HOST_DEVICE int fewest_splits(int pages, int warps, int cap, int min_pages
   return (pages + pages_per_warp * warps - 1) / (pages_per_warp * warps);
 }
 
+// A request's active splits and the warps of each that stream: the fewest
+// splits of all `warps`, or of the first merge_warps where that is as few
+// (the other warps would only add pages in flight).
+struct SplitStreams {
+  int splits, warps;
+};
+FLINT_HOST_DEVICE SplitStreams split_streams(int pages, int warps, int merge_warps, int cap,
+                                             int min_pages) {
+  SplitStreams s{fewest_splits(pages, warps, cap, min_pages), warps};
+  if (warps > merge_warps) {
+    const int merge_warp_splits = fewest_splits(pages, merge_warps, cap, min_pages);
+    if (merge_warp_splits <= s.splits) s = {merge_warp_splits, merge_warps};
+  }
+  return s;
+}
+
 // Pages of warp gw of the warps_total warps that interleave a request's
 // num_pages pages (page k goes to warp k mod warps_total).
 FLINT_HOST_DEVICE int interleaved_pages(int num_pages, int gw, int warps_total) {

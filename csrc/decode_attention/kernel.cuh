@@ -142,15 +142,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   // dims).
   int num_splits = max_splits, stream_warps = kWarps;
   if constexpr (kClusterSplits == 0) {
-    const int pages = max(num_pages, 1);
-    num_splits = fewest_splits(pages, kWarps, cap, p.min_pages);
-    if constexpr (kWarps > kMergeWarps) {
-      const int merge_warp_splits = fewest_splits(pages, kMergeWarps, cap, p.min_pages);
-      if (merge_warp_splits <= num_splits) {
-        num_splits = merge_warp_splits;
-        stream_warps = kMergeWarps;
-      }
-    }
+    const SplitStreams s = split_streams(max(num_pages, 1), kWarps, kMergeWarps, cap, p.min_pages);
+    num_splits = s.splits;
+    stream_warps = s.warps;
   }
 
   if (num_pages <= 0) {

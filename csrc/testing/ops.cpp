@@ -153,50 +153,28 @@ std::vector<int64_t> cta_pages_op(const at::Tensor& q, const at::Tensor& kv_cach
     return out;
   }
   // Split and cluster kernels: grid (splits, kv heads, batch); every kv head
-  // divides alike. CTA f = b x max_splits + split of a kv head, as cta_share.
+  // divides alike. A kv head's CTA f = b x max_splits + split: with cta_share
+  // (split kernels past one split) request b's CTAs are the next
+  // request_ctas from f = 0 on, else its own max_splits.
   const int max_splits = static_cast<int>(shape.grid.x);
-  const int merge_warps = std::min(plan.warps, 8);
-  std::vector<int64_t> head(int64_t(max_splits) * p.batch, 0);
-  std::vector<int> owner(head.size(), -1), split_of(head.size(), 0), cap_of(head.size(), 0);
   const int cap0 = std::min(max_splits, shape.max_active_splits);
-  if (plan.kind == KernelKind::kSplit && max_splits > 1) {
-    const int64_t spare = int64_t(cap0) * p.batch - p.batch;
-    int64_t first = 0;
-    for (int b = 0; b < p.batch; ++b) {
-      const int ctas = request_ctas(spare, pages[b], total);
-      for (int s = 0; s < ctas && first + s < int64_t(head.size()); ++s) {
-        owner[first + s] = b;
-        split_of[first + s] = s;
-        cap_of[first + s] = ctas;
-      }
-      first += ctas;
-    }
-  } else {
-    for (int b = 0; b < p.batch; ++b)
-      for (int s = 0; s < max_splits; ++s) {
-        owner[int64_t(b) * max_splits + s] = b;
-        split_of[int64_t(b) * max_splits + s] = s;
-        cap_of[int64_t(b) * max_splits + s] = cap0;
-      }
-  }
-  for (size_t f = 0; f < head.size(); ++f) {
-    const int b = owner[f];
-    if (b < 0 || pages[b] <= 0) continue;
-    int num_splits = max_splits, stream_warps = plan.warps;
-    if (plan.kind == KernelKind::kSplit) {
-      num_splits = fewest_splits(std::max(pages[b], 1), plan.warps, cap_of[f], plan.min_pages);
-      if (plan.warps > merge_warps) {
-        const int s = fewest_splits(std::max(pages[b], 1), merge_warps, cap_of[f], plan.min_pages);
-        if (s <= num_splits) {
-          num_splits = s;
-          stream_warps = merge_warps;
-        }
-      }
-    }
-    if (split_of[f] >= num_splits) continue;
-    for (int w = 0; w < stream_warps; ++w)
-      head[f] += interleaved_pages(pages[b], split_of[f] * stream_warps + w,
-                                   num_splits * stream_warps);
+  const bool shared = plan.kind == KernelKind::kSplit && max_splits > 1;
+  const int64_t spare = int64_t(cap0) * p.batch - p.batch;
+  std::vector<int64_t> head(int64_t(max_splits) * p.batch, 0);
+  int64_t first = 0;  // request b's first CTA
+  for (int b = 0; b < p.batch; ++b) {
+    const int ctas = shared ? request_ctas(spare, pages[b], total) : max_splits;
+    const int64_t at = shared ? first : int64_t(b) * max_splits;
+    first += ctas;
+    if (pages[b] <= 0) continue;
+    const SplitStreams st =
+        plan.kind == KernelKind::kSplit
+            ? split_streams(pages[b], plan.warps, std::min(plan.warps, 8), shared ? ctas : cap0,
+                            plan.min_pages)
+            : SplitStreams{max_splits, plan.warps};
+    for (int split = 0; split < std::min(ctas, st.splits); ++split)
+      for (int w = 0; w < st.warps; ++w)
+        head[at + split] += interleaved_pages(pages[b], split * st.warps + w, st.splits * st.warps);
   }
   for (int kvh = 0; kvh < p.num_kv_heads; ++kvh)
     for (size_t f = 0; f < head.size(); ++f) {
