@@ -60,6 +60,16 @@ ROWS = {
     "h1_b16_l8k": ([8192] * 16, 1, None, None),
     "h2_b8_logu32k": (lognormal_lens(8, 100, 32768, 14), 2, None, 8192),
     "h4_b8_logu16k": (lognormal_lens(8, 100, 16384, 13), 4, None, 8192),
+    # Windows wider than the benchmark's 128 tokens (Mistral / Gemma-style
+    # layers), and full attention over the same attended bytes.
+    **{f"swa{w}_b{b}_l16k": ([16384] * b, 8, w, None)
+       for w in (256, 1024, 4096) for b in (1, 4, 16, 64)},
+    "swa4096_h2_b8_l16k": ([16384] * 8, 2, 4096, None),
+    "swa1024_h1_b32_l16k": ([16384] * 32, 1, 1024, None),
+    "swa128_b4": ([8192] * 4, 8, 128, None),
+    "swa128_b16": ([8192] * 16, 8, 128, None),
+    "b4_l4k": ([4096] * 4, 8, None, None),
+    "b16_l1k": ([1024] * 16, 8, None, None),
     "b128_50_8k": (lognormal_lens(128, 50, 8192, 3), 8, None, None),
     "swa128_b1": ([8192], 8, 128, None),
     "swa128_b64": ([8192] * 64, 8, 128, None),
@@ -138,7 +148,8 @@ def main():
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--kv", default="bf16,fp8")
     ap.add_argument("--plans", default="default,split,balanced",
-                    help="which of the default, split and balanced plans (default alone runs on "
+                    help="which of the default, split, full (window calls: the split "
+                    "rules of full attention) and balanced plans (default alone runs on "
                     "an older build's package too: an A/B of builds)")
     ap.add_argument("--variants", action="store_true", help="also every compiled balanced variant")
     ap.add_argument("--budget-s", type=float, default=240)
@@ -162,6 +173,8 @@ def main():
             cands = [("default", None)] if "default" in wanted else []
             if "split" in wanted:
                 cands.append(("split", plans.legacy_plan(s.q, s.kv_cache, window)))
+            if "full" in wanted and window:  # the full-attention rules, the window kept
+                cands.append(("full", plans.legacy_plan(s.q, s.kv_cache, None)))
             if "balanced" in wanted:
                 cands.append(("balanced", plans.balanced_plan(s.kv_cache)))
             if args.variants:
