@@ -63,7 +63,10 @@ ROWS = {
     # Windows wider than the benchmark's 128 tokens (Mistral / Gemma-style
     # layers), and full attention over the same attended bytes.
     **{f"swa{w}_b{b}_l16k": ([16384] * b, 8, w, None)
-       for w in (256, 1024, 4096) for b in (1, 4, 16, 64)},
+       for w in (256, 512, 1024, 2048, 4096) for b in (1, 2, 4, 16, 64)},
+    "swa1024_b512_l2k": ([2048] * 512, 8, 1024, None),
+    "swa1024_s64_logu16k": (lognormal_lens(64, 16, 16384, 15), 8, 1024, 8192),
+    "swa4096_s64_logu16k": (lognormal_lens(64, 16, 16384, 15), 8, 4096, 8192),
     "swa4096_h2_b8_l16k": ([16384] * 8, 2, 4096, None),
     "swa1024_h1_b32_l16k": ([16384] * 32, 1, 1024, None),
     "swa128_b4": ([8192] * 4, 8, 128, None),

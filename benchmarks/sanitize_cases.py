@@ -33,8 +33,8 @@ SCALE = 0.088
 # Each kernel the op picks (launch_plan.cpp), in both formats: 8-warp splits,
 # the balanced kernel, the cluster, 9-warp splits, 4-warp splits (full
 # attention, then a window), one warp per (request, kv head), 9-warp splits
-# past one level of merging, one warp per pair chaining pairs: (seq_lens, kv
-# heads, window).
+# past one level of merging, one warp per pair chaining pairs, long windows
+# through the full-attention rules: (seq_lens, kv heads, window).
 CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5000], 2, None),
          ([700, 0, 33, 5, 1200, 9], 2, None), ([600, 0, 20, 4000], 2, 32),
          ([(13 * i) % 100 for i in range(200)], 2, 64),
@@ -42,7 +42,10 @@ CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5
          # one warp per pair past one wave of warps: each warp chains pairs
          # (a pair of >= kStages - 1 pages carries the next one's leading
          # pages: 2 for bf16, 5 for fp8; empty and one-page pairs among them)
-         ([0 if i % 5 == 0 else 1 + (37 * i) % 300 for i in range(1100)], 1, 80)]
+         ([0 if i % 5 == 0 else 1 + (37 * i) % 300 for i in range(1100)], 1, 80),
+         # windows too long for the short-span kernels: the full-attention
+         # split rules (8-warp splits; 9-warp splits in two levels)
+         ([5000, 0, 700, 3000], 2, 1024), ([9000], 2, 4096)]
 
 # synccheck's --num-cuda-barriers: 256 (the fp8 9-warp splits keep 36
 # mbarriers a CTA, more than the tool tracks by default: runs 125-127), but

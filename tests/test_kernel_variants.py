@@ -85,7 +85,8 @@ def test_plan_without_pdl(pdl):
 def test_default_plan(kv_dtype):
     # The balanced kernel for full attention from 8 requests and over more
     # (request, kv head) pairs than the split grid (2 x SMs CTAs) can give 8
-    # CTAs each (at least 8 pairs); the split kernels otherwise, for either
+    # CTAs each (at least 8 pairs), never with a window; the split kernels
+    # otherwise (long windows by the full-attention rules), for either
     # format (launch_plan.cpp). Never a function of the block tables (not an
     # input).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -93,13 +94,25 @@ def test_default_plan(kv_dtype):
     for batch, kvh, window in [(1, 8, None), (7, 2, None), (8, 1, None), (8, 2, None),
                                (16, 2, None), (17, 2, None), (33, 1, None), (34, 1, None),
                                (8, 8, None), (512, 2, None), (1, 8, 128), (64, 1, 128),
-                               (3, 16, 4096)]:
+                               (3, 16, 4096), (3, 8, 512), (3, 8, 513), (4, 8, 1024),
+                               (2, 8, 2048), (2, 8, 2049), (1, 8, 4096), (64, 8, 4096),
+                               (512, 8, 128), (512, 8, 1024), (16, 2, 200_000)]:
         q = torch.empty(batch, 8 * kvh, 128, dtype=torch.bfloat16, device="cuda")
         cache = torch.empty(1, kvh, 16, 256, dtype=kv_dtype, device="cuda")
         plan = plans.default_plan(q, cache, window)
         balanced = window is None and batch >= 8 and batch * kvh > split_max_pairs
         assert (plan.kind == "balanced") == balanced, (batch, kvh, window, plan)
         assert plan.kv == ("fp8" if kv_dtype == FP8 else "bf16")
+        if window is not None:
+            # Short windows take the short-span kernels (a cluster, one split
+            # or a warp a pair); past 8 pages a warp of them (a cluster's 16
+            # warps at 1-2 requests, else 4), the full-attention split rules.
+            short = -(-window // 16) <= 8 * (16 if batch <= 2 else 4)
+            full = plans.legacy_plan(q, cache, None)
+            if short:
+                assert plan.kind in ("cluster", "warp-per-head") or plan.splits == 1, (window, plan)
+            else:
+                assert dataclasses.replace(plan, pdl=full.pdl) == full, (batch, kvh, window, plan)
         if not balanced:
             # The same split plan as bf16's, twice the (half-size) slots for fp8.
             bf16 = plans.default_plan(q, torch.empty(1, kvh, 16, 256, dtype=torch.bfloat16,

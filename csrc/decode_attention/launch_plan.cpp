@@ -126,7 +126,8 @@ int64_t pairs_per_warp(int64_t num_pairs, const Residency& res, int warps) {
 // from the batch size, kv heads and window only. An fp8 page is half a bf16
 // one: twice the ring slots keep the bytes in flight per warp, the shared
 // memory and so the residency these rules were measured with.
-LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
+LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool short_window, KvDtype kv,
+                              int num_sms) {
   const int num_bh = batch * num_kv_heads;
   const int slots_per_bf16_slot = kv == KvDtype::kBf16 ? 1 : 2;
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
@@ -141,7 +142,7 @@ LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, KvDtype
     p.refill = refill;
     return p;
   };
-  if (sliding) {
+  if (short_window) {
     if (batch <= 2) return set(KernelKind::kCluster, 4, 4, 2, 1, Refill::kBeforeWait);
     if (num_bh >= 3 * num_sms)
       return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, Refill::kKernelRule);
@@ -178,11 +179,33 @@ LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool sliding, KvDtype
 constexpr int kBalancedMinBatch = 8;
 constexpr int kSplitMinCtasPerPair = 8;
 
-LaunchPlan plan_launch(int batch, int num_kv_heads, bool sliding, KvDtype kv, int num_sms) {
+// The short-span kernels give a (request, kv head) pair one warp (warp per
+// head), one 4-warp CTA (one split) or a cluster of four CTAs (1-2
+// requests), on a grid of at most one CTA a pair: right for spans of a few
+// pages a warp, where a call's serial latencies outweigh its bytes. A longer
+// window gives those warps tens of pages each while most SMs idle, so it is
+// planned as full attention by the split kernels, which size each pair's
+// CTAs on the device from its windowed pages (cta_share, fewest_splits).
+// Why it generalises: the bound counts a pair's pages per warp of the kernel
+// that would stream it, not a shape. Never the balanced kernel: a window caps
+// every span, so a windowed batch is as even as its window allows, and on
+// even spans the split kernels' smaller fixed cost wins (docs/launch-plan.md,
+// run 163).
+constexpr int kShortSpanPagesPerWarp = 8;
+
+bool short_window(int window, int batch) {
+  if (window <= 0) return false;
+  const int span_pages = ceil_div(window, kPageTokens);
+  const int warps_per_pair = batch <= 2 ? 16 : 4;
+  return span_pages <= kShortSpanPagesPerWarp * warps_per_pair;
+}
+
+LaunchPlan plan_launch(int batch, int num_kv_heads, int window, KvDtype kv, int num_sms) {
   const int64_t pairs = int64_t(batch) * num_kv_heads;
   const int64_t split_max_pairs = std::max(8, 2 * num_sms / kSplitMinCtasPerPair);
-  const bool balanced = !sliding && batch >= kBalancedMinBatch && pairs > split_max_pairs;
-  if (!balanced) return split_kernels_plan(batch, num_kv_heads, sliding, kv, num_sms);
+  const bool balanced = window <= 0 && batch >= kBalancedMinBatch && pairs > split_max_pairs;
+  if (!balanced)
+    return split_kernels_plan(batch, num_kv_heads, short_window(window, batch), kv, num_sms);
   LaunchPlan plan;
   plan.kind = KernelKind::kBalanced;
   plan.kv = kv;

@@ -7,6 +7,8 @@
 // python/flint_attention/testing/plans.py names them).
 #include <Python.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -70,9 +72,10 @@ std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_ca
   const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
   const KvDtype kv =
       kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
-  return to_ints(split_kernels_plan(static_cast<int>(q.size(0)),
-                                    static_cast<int>(kv_cache.size(1)), window.has_value(), kv,
-                                    sms));
+  const int batch = static_cast<int>(q.size(0));
+  const int w = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  return to_ints(split_kernels_plan(batch, static_cast<int>(kv_cache.size(1)),
+                                    short_window(w, batch), kv, sms));
 }
 
 int64_t num_variants_op() { return num_variants(); }
