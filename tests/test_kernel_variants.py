@@ -94,9 +94,10 @@ def test_default_plan(kv_dtype):
     for batch, kvh, window in [(1, 8, None), (7, 2, None), (8, 1, None), (8, 2, None),
                                (16, 2, None), (17, 2, None), (33, 1, None), (34, 1, None),
                                (8, 8, None), (512, 2, None), (1, 8, 128), (64, 1, 128),
-                               (3, 16, 4096), (3, 8, 512), (3, 8, 513), (4, 8, 1024),
-                               (2, 8, 2048), (2, 8, 2049), (1, 8, 4096), (64, 8, 4096),
-                               (512, 8, 128), (512, 8, 1024), (16, 2, 200_000)]:
+                               (3, 16, 4096), (4, 8, 256), (4, 8, 257), (16, 8, 512),
+                               (16, 8, 513), (1, 8, 1024), (1, 8, 1025), (2, 8, 2048),
+                               (2, 8, 2049), (8, 2, 4096), (64, 8, 4096), (512, 8, 128),
+                               (512, 8, 1024), (16, 2, 200_000), (3, 1, 128)]:
         q = torch.empty(batch, 8 * kvh, 128, dtype=torch.bfloat16, device="cuda")
         cache = torch.empty(1, kvh, 16, 256, dtype=kv_dtype, device="cuda")
         plan = plans.default_plan(q, cache, window)
@@ -106,8 +107,11 @@ def test_default_plan(kv_dtype):
         if window is not None:
             # Short windows take the short-span kernels (a cluster, one split
             # or a warp a pair); past 8 pages a warp of them (a cluster's 16
-            # warps at 1-2 requests, else 4), the full-attention split rules.
-            short = -(-window // 16) <= 8 * (16 if batch <= 2 else 4)
+            # warps at 1-2 requests, else 4), 4 where their grid has fewer
+            # CTAs than a quarter of the SMs, the full-attention split rules.
+            ctas = (4 if batch <= 2 else 1) * batch * kvh
+            per_warp = 8 if 4 * ctas >= sms else 4
+            short = -(-window // 16) <= per_warp * (16 if batch <= 2 else 4)
             full = plans.legacy_plan(q, cache, None)
             if short:
                 assert plan.kind in ("cluster", "warp-per-head") or plan.splits == 1, (window, plan)

@@ -183,21 +183,25 @@ constexpr int kSplitMinCtasPerPair = 8;
 // head), one 4-warp CTA (one split) or a cluster of four CTAs (1-2
 // requests), on a grid of at most one CTA a pair: right for spans of a few
 // pages a warp, where a call's serial latencies outweigh its bytes. A longer
-// window gives those warps tens of pages each while most SMs idle, so it is
+// window gives those warps tens of pages each while SMs idle, so it is
 // planned as full attention by the split kernels, which size each pair's
 // CTAs on the device from its windowed pages (cta_share, fewest_splits).
-// Why it generalises: the bound counts a pair's pages per warp of the kernel
-// that would stream it, not a shape. Never the balanced kernel: a window caps
-// every span, so a windowed batch is as even as its window allows, and on
-// even spans the split kernels' smaller fixed cost wins (docs/launch-plan.md,
-// run 163).
-constexpr int kShortSpanPagesPerWarp = 8;
-
-bool short_window(int window, int batch) {
+// The bound is 8 pages a warp of the kernel that would stream the pair, 4
+// where that kernel's grid has fewer CTAs than a quarter of the SMs: its
+// CTAs then stream nearly alone, each at one CTA's rate, and the longest
+// one is the call. Why it generalises: it counts a pair's pages per warp and
+// the grid's CTAs per SM, not a shape. Never the balanced kernel: a window
+// caps every span, so a windowed batch is as even as its window allows, and
+// on even spans the split kernels' smaller fixed cost wins. Evidence:
+// docs/launch-plan.md (runs 163-165).
+bool short_window(int window, int batch, int num_kv_heads, int num_sms) {
   if (window <= 0) return false;
-  const int span_pages = ceil_div(window, kPageTokens);
-  const int warps_per_pair = batch <= 2 ? 16 : 4;
-  return span_pages <= kShortSpanPagesPerWarp * warps_per_pair;
+  const bool cluster = batch <= 2;  // as split_kernels_plan
+  const int64_t span_pages = ceil_div(window, kPageTokens);
+  const int64_t ctas = int64_t(cluster ? 4 : 1) * batch * num_kv_heads;
+  const int warps_per_pair = cluster ? 16 : 4;
+  const int pages_per_warp = 4 * ctas >= num_sms ? 8 : 4;
+  return span_pages <= int64_t(pages_per_warp) * warps_per_pair;
 }
 
 LaunchPlan plan_launch(int batch, int num_kv_heads, int window, KvDtype kv, int num_sms) {
@@ -205,7 +209,8 @@ LaunchPlan plan_launch(int batch, int num_kv_heads, int window, KvDtype kv, int 
   const int64_t split_max_pairs = std::max(8, 2 * num_sms / kSplitMinCtasPerPair);
   const bool balanced = window <= 0 && batch >= kBalancedMinBatch && pairs > split_max_pairs;
   if (!balanced)
-    return split_kernels_plan(batch, num_kv_heads, short_window(window, batch), kv, num_sms);
+    return split_kernels_plan(batch, num_kv_heads,
+                              short_window(window, batch, num_kv_heads, num_sms), kv, num_sms);
   LaunchPlan plan;
   plan.kind = KernelKind::kBalanced;
   plan.kv = kv;

@@ -40,9 +40,9 @@ struct LaunchPlan {
 LaunchPlan plan_launch(int batch, int num_kv_heads, int window, KvDtype kv, int num_sms);
 
 // Whether a window (0: none) is short enough for the short-span kernels
-// (cluster, one split, warp per head) at this batch size; longer windows are
-// planned by the split kernels' full-attention rules.
-bool short_window(int window, int batch);
+// (cluster, one split, warp per head) at this batch size and kv heads; longer
+// windows are planned by the split kernels' full-attention rules.
+bool short_window(int window, int batch, int num_kv_heads, int num_sms);
 
 // The split kernels' plan for such a call (what plan_launch picks for
 // sliding windows and for full attention below 8 requests or over as few
