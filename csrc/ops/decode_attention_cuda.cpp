@@ -2,8 +2,6 @@
 // current stream.
 #include "ops/decode_attention_cuda.h"
 
-#include <algorithm>
-#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -39,9 +37,8 @@ KvDtype kv_dtype(const at::Tensor& kv_cache) {
 LaunchPlan default_plan(const at::Tensor& q, const at::Tensor& kv_cache,
                         std::optional<int64_t> window) {
   const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
-  const int w = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
-  LaunchPlan plan = plan_launch(static_cast<int>(q.size(0)), static_cast<int>(kv_cache.size(1)), w,
-                                kv_dtype(kv_cache), sms);
+  LaunchPlan plan = plan_launch(static_cast<int>(q.size(0)), static_cast<int>(kv_cache.size(1)),
+                                window_tokens(window), kv_dtype(kv_cache), sms);
   plan.pdl = pdl_enabled();
   return plan;
 }

@@ -5,6 +5,10 @@
 
 namespace flint {
 
+int window_tokens(std::optional<int64_t> window) {
+  return window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+}
+
 DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  const at::Tensor& sinks, std::optional<int64_t> window,
@@ -38,7 +42,7 @@ DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache
   p.num_kv_heads = static_cast<int>(kv_cache.size(1));
   p.num_blocks = static_cast<int>(kv_cache.size(0));
   p.max_blocks = static_cast<int>(block_tables.size(1));
-  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  p.window = window_tokens(window);
   // Both backends use exactly this float: scale * log2(e) rounded once.
   p.scale_log2 = static_cast<float>(scale * kLog2e);
   return p;

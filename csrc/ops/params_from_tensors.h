@@ -10,9 +10,12 @@
 
 namespace flint {
 
+// The op's window in tokens, 0 for none; past INT32_MAX clamped (seq_lens are
+// int32, so any such window attends to everything).
+int window_tokens(std::optional<int64_t> window);
+
 // Fills everything but the workspace pointers and min_pages (CUDA launch
-// details). `window` past INT32_MAX is clamped: seq_lens are int32, so any
-// such window attends to everything.
+// details); the window as window_tokens.
 DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache,
                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
                                  const at::Tensor& sinks, std::optional<int64_t> window,

@@ -7,8 +7,6 @@
 // python/flint_attention/testing/plans.py names them).
 #include <Python.h>
 
-#include <algorithm>
-#include <cstdint>
 #include <vector>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -73,9 +71,9 @@ std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_ca
   const KvDtype kv =
       kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
   const int batch = static_cast<int>(q.size(0));
-  const int w = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
   const int kvh = static_cast<int>(kv_cache.size(1));
-  return to_ints(split_kernels_plan(batch, kvh, short_window(w, batch, kvh, sms), kv, sms));
+  return to_ints(
+      split_kernels_plan(batch, kvh, short_window(window_tokens(window), batch, kvh, sms), kv, sms));
 }
 
 int64_t num_variants_op() { return num_variants(); }
