@@ -126,6 +126,9 @@ int64_t pairs_per_warp(int64_t num_pairs, const Residency& res, int warps) {
 // from the batch size, kv heads and window only. An fp8 page is half a bf16
 // one: twice the ring slots keep the bytes in flight per warp, the shared
 // memory and so the residency these rules were measured with.
+// Short windows over at most this many requests take the cluster kernel.
+constexpr int kClusterMaxBatch = 2;
+
 LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool short_window, KvDtype kv,
                               int num_sms) {
   const int num_bh = batch * num_kv_heads;
@@ -143,7 +146,8 @@ LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool short_window, Kv
     return p;
   };
   if (short_window) {
-    if (batch <= 2) return set(KernelKind::kCluster, 4, 4, 2, 1, Refill::kBeforeWait);
+    if (batch <= kClusterMaxBatch)
+      return set(KernelKind::kCluster, 4, 4, 2, 1, Refill::kBeforeWait);
     if (num_bh >= 3 * num_sms)
       return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, Refill::kKernelRule);
     if (batch <= 16) return set(KernelKind::kSplit, 1, 4, 2, 2, Refill::kBeforeWait);
@@ -196,7 +200,7 @@ constexpr int kSplitMinCtasPerPair = 8;
 // docs/launch-plan.md (runs 163-165).
 bool short_window(int window, int batch, int num_kv_heads, int num_sms) {
   if (window <= 0) return false;
-  const bool cluster = batch <= 2;  // as split_kernels_plan
+  const bool cluster = batch <= kClusterMaxBatch;
   const int64_t span_pages = ceil_div(window, kPageTokens);
   const int64_t ctas = int64_t(cluster ? 4 : 1) * batch * num_kv_heads;
   const int warps_per_pair = cluster ? 16 : 4;
