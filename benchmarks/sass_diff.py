@@ -35,9 +35,9 @@ def find_tool(name: str) -> str:
     sys.exit(f"sass_diff: {name} not found (see this script's docstring)")
 
 
-def kernels(path: str, cuobjdump: str, env: dict) -> dict[str, list[str]]:
-    out = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True, env=env,
-                         check=True).stdout
+def parse_sass(out: str) -> dict[str, list[str]]:
+    """Each kernel's instructions in `cuobjdump -sass` output, without their
+    addresses and encodings."""
     result: dict[str, list[str]] = {}
     body: list[str] | None = None
     for line in out.splitlines():
@@ -45,10 +45,17 @@ def kernels(path: str, cuobjdump: str, env: dict) -> dict[str, list[str]]:
         if m:
             body = result.setdefault(m.group(1), [])
             continue
+        # Instructions end with ';'. The fatbin headers between kernels (their
+        # `identifier = <source path>` names the build's folder) are not code.
         instr = re.sub(r"/\*.*?\*/", "", line).strip()
-        if body is not None and instr:
+        if body is not None and instr.endswith(";"):
             body.append(instr)
     return result
+
+
+def kernels(path: str, cuobjdump: str, env: dict) -> dict[str, list[str]]:
+    return parse_sass(subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True,
+                                     env=env, check=True).stdout)
 
 
 def main() -> int:
