@@ -40,6 +40,11 @@ ROWS = {
     "b4_l8k": ([8192] * 4, 8, None, None),
     "b64_l8k": ([8192] * 64, 8, None, None),
     "h1_tp_64k": ([65536], 1, None, 8192),
+    # <= 8 (request, kv head) pairs at long contexts: the 9-warp split plan
+    # (the bench rows b1_l32k, srv_h1_s2_l128k and srv_h2_s4_l128k's shapes).
+    "b1_l32k": ([32768], 8, None, None),
+    "h1_b2_l128k": ([131072] * 2, 1, None, None),
+    "h2_s4_l128k": ([104580, 112926, 130973, 0], 2, None, 8192),
     "logu32": (lognormal_lens(32, 100, 32768, 1), 8, None, 8192),
     "pad24": (lognormal_lens(20, 1000, 8192, 2) + [0] * 4, 8, None, 8192),
     "b8_logu16k": (lognormal_lens(8, 100, 16384, 6), 8, None, 8192),
