@@ -57,6 +57,12 @@ ROWS = {
     "b8_skew": ([131072] + [1024] * 7, 8, None, 8192),
     "h2_b32_logu32k": (lognormal_lens(32, 100, 32768, 9), 2, None, 8192),
     "h1_b64_logu32k": (lognormal_lens(64, 100, 32768, 10), 1, None, 8192),
+    # 5-7 requests over 8 kv heads (40-56 pairs): the split plan (kBalancedMinBatch)
+    # gives a pair 4-6 CTAs, fewer than the 8 the rule asks for from 8 requests on
+    "b6_skew": ([131072] + [1024] * 5, 8, None, 8192),
+    "b6_l8k": ([8192] * 6, 8, None, None),
+    "b6_logu16k": (lognormal_lens(6, 100, 16384, 16), 8, None, 8192),
+    "b7_logu32k": (lognormal_lens(7, 100, 32768, 17), 8, None, 8192),
     # 9-32 (request, kv head) pairs of 8+ requests (1-4 kv heads): split or balanced
     "h2_b16_skew": ([131072] + [1024] * 15, 2, None, 8192),
     "h1_b32_logu32k": (lognormal_lens(32, 100, 32768, 11), 1, None, 8192),
