@@ -13,6 +13,7 @@
 #   sass       every kernel of the shipped .so: PDL, bulk copies, MMA, no local memory
 #   ab         benchmarks/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
 #   phases     benchmarks/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
+#              (PHASES_ARGS="--kernel split ...": the 9-warp split kernel's)
 #   bench      benchmarks/bench_decode.py (BENCH_ARGS; peers from .whl and .peers,
 #              carried: benchmarks/WHEELS.md, PEERS.md)
 #   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan [fp8]; ..."),

@@ -1,14 +1,17 @@
-"""Where a balanced call's time goes: the balanced kernel built with %globaltimer
-stamps at its phases (flint_testing.balanced_phases; the phases are
-BalancedPhase in csrc/decode_attention/kernel_balanced.cuh), in a CUDA graph of
-back-to-back calls over L2-cold input sets, as quick_ab.py times them. For each
-row it prints, for the middle call of the chain, each phase's time from the
-call's first CTA entry (min / median / max over the warps that reach it), the
-call's span (first entry to last stamp) and the period between calls' entries,
-and per warp its stream time by the pieces in its share, split into the
-stream's sections (StreamSection in csrc/decode_attention/page_ring.cuh).
+"""Where a call's time goes: the balanced kernel, or with `--kernel split` the
+9-warp split kernel (the plan of calls with at most 8 (request, kv head)
+pairs), built with %globaltimer stamps at its phases
+(flint_testing.balanced_phases / split_phases; the phases are BalancedPhase in
+csrc/decode_attention/kernel_balanced.cuh and SplitPhase in kernel.cuh), in a
+CUDA graph of back-to-back calls over L2-cold input sets, as quick_ab.py times
+them. For each row it prints, for the middle call of the chain, each phase's
+time from the call's first CTA entry (min / median / max over the warps that
+reach it), the call's span (first entry to last stamp) and the period between
+calls' entries; for the balanced kernel also per warp its stream time by the
+pieces in its share, split into the stream's sections (StreamSection in
+csrc/decode_attention/page_ring.cuh).
 
-    python benchmarks/phases_row.py [--rows b1_l8k,h1_tp_64k] [--kv bf16,fp8]
+    python benchmarks/phases_row.py [--rows b1_l8k,h1_tp_64k] [--kv bf16,fp8] [--kernel split]
 """
 
 from __future__ import annotations
@@ -31,27 +34,18 @@ PHASES = ["entered", "divided", "leading", "waited", "streamed", "cta_ready", "c
 SECTIONS = ["setup", "first_wait", "page_wait", "refill_sync", "refill_arrive", "refill_copy",
             "refill", "page_math", "piece_end"]
 STAMPS = len(PHASES) + len(SECTIONS) + 1
+# The split kernel's phases (SplitPhase in csrc/decode_attention/kernel.cuh).
+SPLIT_PHASES = ["entered", "shared", "leading", "waited", "streamed", "cta_merged", "arrived",
+                "finished"]
+SPLIT_WARPS = 9
 SCALE = 128**-0.5
 
 
-def run_row(name, kv):
-    lens, kvh, window, width = quick_ab.ROWS[name]
-    kv_dtype = FP8 if kv == "fp8" else torch.bfloat16
-    sets = quick_ab.make_sets(lens, kvh, window, width, kv_dtype)
-    s0 = sets[0]
-    ctas, _, total, per_warp, _, cost = torch.ops.flint_testing.division(
-        s0.q, s0.kv_cache, s0.block_tables, s0.seq_lens, window,
-        plans.balanced_plan(s0.kv_cache).to_ints())
-    n = max(len(sets), 24)
-    stamps = [torch.zeros(ctas, 8, STAMPS, dtype=torch.int64, device="cuda")
-              for _ in range(n)]
-
-    def call(i):
-        s = sets[i % len(sets)]
-        torch.ops.flint_testing.balanced_phases(s.q, s.kv_cache, s.block_tables, s.seq_lens,
-                                                s.sinks, window, SCALE, s.out, s.k_scale,
-                                                s.v_scale, stamps[i])
-
+def replay_stamps(call, stamps):
+    """Runs call(i) for every stamps[i] eagerly, captures them as one graph,
+    replays it twice (the second with zeroed stamps) and returns the stamps on
+    the CPU, the calls' first entries and the periods between them (µs)."""
+    n = len(stamps)
     for i in range(n):
         call(i)
     stream = torch.cuda.Stream()
@@ -69,6 +63,13 @@ def run_row(name, kv):
     st = [x.cpu() for x in stamps]
     entries = [int(x[..., 0][x[..., 0] > 0].min()) for x in st]
     periods = [(b - a) / 1e3 for a, b in zip(entries, entries[1:])]
+    return st, entries, periods
+
+
+def phase_table(name, kv, ctas, st, entries, periods, phases):
+    """The middle call's span and each phase's times from its first entry;
+    returns that call's stamps and entry."""
+    n = len(st)
     mid = n // 2
     x = st[mid]
     t0 = entries[mid]
@@ -78,7 +79,7 @@ def run_row(name, kv):
           f"at {(int(st[mid - 1].max()) - t0) / 1e3:.2f} us, the next call's first entry at "
           f"{(entries[mid + 1] - t0) / 1e3:.2f} us")
     print("| phase | warps | min µs | median µs | max µs |\n|---|---|---|---|---|")
-    for k, ph in enumerate(PHASES):
+    for k, ph in enumerate(phases):
         v = x[..., k].flatten()
         v = v[v > 0]
         if v.numel() == 0:
@@ -86,12 +87,69 @@ def run_row(name, kv):
             continue
         us = ((v - t0).double() / 1e3).sort().values
         print(f"| {ph} | {v.numel()} | {us[0]:.2f} | {us[us.numel() // 2]:.2f} | {us[-1]:.2f} |")
+    return x, t0
+
+
+def row_sets(name, kv):
+    lens, kvh, window, width = quick_ab.ROWS[name]
+    kv_dtype = FP8 if kv == "fp8" else torch.bfloat16
+    return lens, kvh, window, quick_ab.make_sets(lens, kvh, window, width, kv_dtype)
+
+
+def run_row(name, kv):
+    lens, kvh, window, sets = row_sets(name, kv)
+    s0 = sets[0]
+    ctas, _, total, per_warp, _, cost = torch.ops.flint_testing.division(
+        s0.q, s0.kv_cache, s0.block_tables, s0.seq_lens, window,
+        plans.balanced_plan(s0.kv_cache).to_ints())
+    stamps = [torch.zeros(ctas, 8, STAMPS, dtype=torch.int64, device="cuda")
+              for _ in range(max(len(sets), 24))]
+
+    def call(i):
+        s = sets[i % len(sets)]
+        torch.ops.flint_testing.balanced_phases(s.q, s.kv_cache, s.block_tables, s.seq_lens,
+                                                s.sinks, window, SCALE, s.out, s.k_scale,
+                                                s.v_scale, stamps[i])
+
+    st, entries, periods = replay_stamps(call, stamps)
+    x, t0 = phase_table(name, kv, ctas, st, entries, periods, PHASES)
     # Per CTA: when its first warp entered and its last warp streamed.
     enter = (x[..., 0].min(dim=1).values - t0).double() / 1e3
     streamed = (x[..., 4].max(dim=1).values - t0).double() / 1e3
     print(f"CTA entries: median {enter.median():.2f}, max {enter.max():.2f} us; CTA streams end: "
           f"median {streamed.median():.2f}, max {streamed.max():.2f} us")
     per_warp_report(x, t0, s0.seq_lens.tolist(), kvh, window, total, per_warp, cost)
+
+
+def run_split_row(name, kv):
+    lens, kvh, window, sets = row_sets(name, kv)
+    s0 = sets[0]
+    plan = plans.legacy_plan(s0.q, s0.kv_cache, window)
+    if plan.kind != "split" or plan.warps != SPLIT_WARPS:
+        print(f"\n{name} {kv}: the split plan is {plan.name}; the probe is built for the "
+              f"{SPLIT_WARPS}-warp splits only (<= 8 pairs): skipped")
+        return
+    ctas = plan.splits * kvh * len(lens)
+    stamps = [torch.zeros(ctas, SPLIT_WARPS, len(SPLIT_PHASES), dtype=torch.int64, device="cuda")
+              for _ in range(max(len(sets), 24))]
+    ints = plan.to_ints()
+
+    def call(i):
+        s = sets[i % len(sets)]
+        torch.ops.flint_testing.split_phases(s.q, s.kv_cache, s.block_tables, s.seq_lens, s.sinks,
+                                             window, SCALE, s.out, s.k_scale, s.v_scale,
+                                             stamps[i], ints)
+
+    st, entries, periods = replay_stamps(call, stamps)
+    x, t0 = phase_table(f"{name} ({plan.name})", kv, ctas, st, entries, periods, SPLIT_PHASES)
+    # Per CTA with pages: its first entry and its last warp's stream end.
+    active = x[..., 4].max(dim=1).values > 0
+    if bool(active.any()):
+        enter = (x[active][..., 0].min(dim=1).values - t0).double() / 1e3
+        streamed = (x[active][..., 4].max(dim=1).values - t0).double() / 1e3
+        print(f"{int(active.sum())} CTAs streamed: entries median {enter.median():.2f}, max "
+              f"{enter.max():.2f} us; their streams end median {streamed.median():.2f}, max "
+              f"{streamed.max():.2f} us")
 
 
 def warp_pieces(lens, kvh, window, total, per_warp, num_warps, cost):
@@ -166,10 +224,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="b1_l8k,h1_tp_64k,b1_l1k_w8192,swa128_b64,pad24,b64_l8k")
     ap.add_argument("--kv", default="bf16,fp8")
+    ap.add_argument("--kernel", choices=["balanced", "split"], default="balanced")
     args = ap.parse_args()
     for name in args.rows.split(","):
         for kv in args.kv.split(","):
-            run_row(name, kv)
+            (run_split_row if args.kernel == "split" else run_row)(name, kv)
             torch.cuda.empty_cache()
 
 

@@ -272,3 +272,49 @@ def test_cta_pages_of_one_long_request():
     inp = make_paged_inputs(1, [8192], 2, None, "cuda")
     per_cta = plan.cta_pages(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, None)
     assert per_cta == ([36] * 11 + [35] + [27] * 3 + [0]) * 2
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("seq_lens,kvh", [([65536], 1), ([20000, 0, 3000], 2)],
+                         ids=["two-level-merge", "b3-kvh2"])
+def test_split_phase_stamps_build_changes_no_bit(kv_dtype, seq_lens, kvh):
+    # The testing extension's stamped build of the 9-warp split kernel
+    # (benchmarks/phases_row.py --kernel split) computes what the op's build
+    # computes, bit for bit, and stamps each warp's phases (SplitPhase,
+    # kernel.cuh) in order. [65536] over one kv head: 114 splits, merged in
+    # two levels; [20000, 0, 3000] over 2: the CTAs divided by the lengths,
+    # one request with nothing to attend.
+    fp8 = dict(kv_dtype=FP8, k_scale=0.03, v_scale=[0.5] * kvh) if kv_dtype == FP8 else {}
+    inp = make_paged_inputs(len(seq_lens), seq_lens, kvh, None, "cuda", **fp8)
+    plan = plans.legacy_plan(inp.q, inp.kv_cache, None)
+    assert plan.kind == "split" and plan.warps == 9, plan
+    run(plan, inp, None)
+    torch.cuda.synchronize()
+    check_output(inp.out, inp, None, what=plan.name)
+    ref = inp.out.clone()
+    ctas = plan.splits * kvh * len(seq_lens)
+    stamps = torch.zeros(ctas, 9, 8, dtype=torch.int64, device="cuda")
+    inp.out.fill_(math.nan)
+    plans._ops().split_phases(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
+                              None, DEFAULT_SCALE, inp.out, inp.k_scale, inp.v_scale, stamps,
+                              plan.to_ints())
+    torch.cuda.synchronize()
+    assert torch.equal(inp.out.view(torch.int16), ref.view(torch.int16))
+    s = stamps.cpu()
+    # Every phase is reached by some warp, and each warp reaches its phases
+    # in order: its stamps are a prefix of the eight, non-decreasing (a warp
+    # that streams nothing still passes the wait; only the merges are skipped
+    # by warps that do not merge last).
+    for k in range(8):
+        assert bool((s[..., k] > 0).any()), f"no warp reached phase {k}"
+    reached = s > 0
+    streamed = reached[..., 4]
+    assert bool((reached[..., :5][streamed]).all()), "a warp streamed without the earlier phases"
+    for k in range(1, 5):
+        both = reached[..., k] & reached[..., k - 1]
+        assert bool((s[..., k][both] >= s[..., k - 1][both]).all()), f"phase {k} before {k - 1}"
+    # The final merge of each kv head's 8 heads x dims: one merge warp slot
+    # each (the warp of that index in the last CTA to arrive) for each
+    # (request, kv head) with pages.
+    pairs = kvh * sum(1 for n in seq_lens if n > 0)
+    assert int(reached[..., 7].sum()) == 8 * pairs

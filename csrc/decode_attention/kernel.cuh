@@ -74,9 +74,32 @@ __device__ __forceinline__ CtaShare cta_share(const DecodeParams& p, int f, int 
 
 }  // namespace detail
 
-template <class Kv, int kWarps, int kStages, int kClusterSplits>
-__global__ void __launch_bounds__(32 * kWarps, 1)
-    decode_attention_kernel(const __grid_constant__ DecodeParams p) {
+// Where a split launch's time goes: each warp passes these points in order (a
+// CTA without a request stops at kSplitEntered; an idle split, or a request
+// with nothing to attend, at kSplitShared; a warp past the merge warps at
+// kSplitStreamed; a merging warp that does not arrive last at kSplitArrived).
+// The operator's kernels take NoSplitProbe, which compiles to nothing; the
+// testing extension's build stamps the clock there (csrc/testing/split_phases.cu,
+// benchmarks/phases_row.py --kernel split).
+enum SplitPhase : int {
+  kSplitEntered,        // the kernel starts
+  kSplitShared,         // this CTA's request, split and extent known
+  kSplitLeadingIssued,  // the leading pages out, before griddepcontrol.wait
+  kSplitWaited,         // past griddepcontrol.wait
+  kSplitStreamed,       // the warp's pages consumed
+  kSplitCtaMerged,      // the CTA's warps merged (the output, or this split's partial, stored)
+  kSplitArrived,        // arrival at the splits' merge counted
+  kSplitFinished,       // the last arrival's merge stored the output
+  kNumSplitPhases
+};
+
+struct NoSplitProbe : detail::NoPrologueProbe {
+  __device__ __forceinline__ void at(SplitPhase) {}
+};
+
+// The split kernel's body (decode_attention_kernel below), with its probe.
+template <class Kv, int kWarps, int kStages, int kClusterSplits, class Probe>
+__device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& probe) {
   using namespace detail;
   static_assert(kWarps == 4 || kWarps >= 8, "the epilogue maps 1024 outputs onto 128 or 256 threads");
   static_assert(kClusterSplits == 0 || kWarps <= 8, "every thread of a cluster rank merges");
@@ -98,6 +121,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   const int g = lane >> 2, t = lane & 3;
   const bool merges = warp < kMergeWarps;
   if (tid == 0) Kv::prefetch_map(&p.kv_map);
+  probe.at(kSplitEntered);
 
   // ---- this CTA's request and split ---------------------------------------
   // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
@@ -146,6 +170,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     num_splits = s.splits;
     stream_warps = s.warps;
   }
+  probe.at(kSplitShared);
 
   if (num_pages <= 0) {
     // ---- empty sequence: zeros ----------------------------------------------
@@ -187,8 +212,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 
   // ---- prefetch, wait on the previous kernel, stream pages -------------------
   WarpState st;
-  const HeadScales sc =
-      wait_then_stream_pages(p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len, g, t, lane, st);
+  const HeadScales sc = wait_then_stream_pages<Kv, kStages>(
+      p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len, g, t, lane, st, false, nullptr, &probe);
+  probe.at(kSplitStreamed);
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
   __syncthreads();  // every warp is done with its ring
@@ -222,11 +248,14 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     cluster_merge<kWarps, kClusterSplits>(p, reinterpret_cast<uint8_t*>(sm.cluster), split, b,
                                           kvh, tid, eh, ed, o, m_cta, l_cta, cluster_sink_scaled,
                                           sc.logits_log2, sc.out);
+    probe.at(kSplitCtaMerged);
   } else if (num_splits == 1) {
     store_out<E>(out_row + ed, o, sc.out / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
+    probe.at(kSplitCtaMerged);
   } else {
     // ---- merge the splits: partials to the workspace -------------------------
     store_global_partial<E>(p, partial_row0 + split, o, m_cta, l_cta, eh, ed);
+    probe.at(kSplitCtaMerged);
     // ---- each warp: arrive for its heads, merge them if last -----------------
     // Per warp, not per CTA: no bar.sync on the way, and the merges of a
     // pair's heads run in parallel. Past MergeShape's fan-in, two levels:
@@ -249,12 +278,15 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     int count = min(group, num_splits - leader), stride = 1;
     bool last_level = !two_levels;
     for (int* c = counter;; c = pair_counter) {
-      if (!warp_arrives_last(c, count, lane)) return;
+      const bool last = warp_arrives_last(c, count, lane);
+      probe.at(kSplitArrived);
+      if (!last) return;
       float m, l;
       merge_global<E>(p, row0, count, [&](int i) { return i * stride; }, eh, ed, sc.logits_log2,
                       o, m, l);
       if (last_level) {
         store_out<E>(out_row + ed, o, sc.out / (l + ptx::ex2(sink_scaled - m * sc.logits_log2)));
+        probe.at(kSplitFinished);
         return;
       }
       __syncwarp();  // every lane's loads of the group's rows before this store
@@ -265,6 +297,13 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       last_level = true;
     }
   }
+}
+
+template <class Kv, int kWarps, int kStages, int kClusterSplits>
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    decode_attention_kernel(const __grid_constant__ DecodeParams p) {
+  NoSplitProbe probe;
+  split_attention<Kv, kWarps, kStages, kClusterSplits>(p, probe);
 }
 
 template <class Kv, int kWarps, int kStages, int kClusterSplits>

@@ -188,6 +188,14 @@ __device__ __forceinline__ void stream_pages(const WarpPages<Kv, kStages>& w, in
   }
 }
 
+// Where a warp is in its prologue: the split kernels' testing build stamps the
+// clock there (csrc/testing/split_phases.cu); the operator's kernels pass this
+// one, or none (a null probe: the warp-per-head kernel), and compile to nothing.
+struct NoPrologueProbe {
+  __device__ __forceinline__ void leading_issued() {}
+  __device__ __forceinline__ void waited() {}
+};
+
 // A warp's part of the call in the order PDL allows, the same in every kernel:
 // the leading pages that do not depend on the previous kernel, then
 // griddepcontrol.wait, then what the previous kernel writes (the page holding
@@ -203,14 +211,18 @@ __device__ __forceinline__ void stream_pages(const WarpPages<Kv, kStages>& w, in
 // kChain (persistent warp-per-head): `leading_issued` says the previous
 // pair's stream already issued these pages' leading ones (past the wait, so
 // the current token's page too), and `next`'s are issued at this stream's end.
-template <class Kv, int kStages, bool kChain = false>
+// `probe`, if any, is told when the leading pages are out and the wait is over.
+template <class Kv, int kStages, bool kChain = false, class Probe = NoPrologueProbe>
 __device__ __forceinline__ HeadScales wait_then_stream_pages(
     const DecodeParams& p, const WarpPages<Kv, kStages>& pages, int bt_cur, int bt_next, int b,
     int kvh, int start_tok, int seq_len, int g, int t, int lane, WarpState& st,
-    bool leading_issued = false, const NextPages<Kv, kStages>* next = nullptr) {
+    bool leading_issued = false, const NextPages<Kv, kStages>* next = nullptr,
+    Probe* probe = nullptr) {
   const int current_page = (seq_len - 1) / kPageTokens;
   if (!leading_issued) issue_leading_pages(pages, bt_cur, current_page, false, lane);
+  if (probe) probe->leading_issued();
   ptx::grid_dependency_wait();
+  if (probe) probe->waited();
   ptx::launch_dependents();
   // Refill::kAfterUnlessLate: a warp whose first page is still in flight here
   // entered late (its CTA found an SM only as the previous call ended) and

@@ -197,6 +197,27 @@ void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
                      const at::Tensor& sinks, std::optional<int64_t> window, double scale,
                      const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
                      const std::optional<at::Tensor>& v_scale, const at::Tensor& stamps);
+// Defined in split_phases.cu.
+void split_phases(const at::Tensor& q, const at::Tensor& kv_cache,
+                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                  const at::Tensor& sinks, std::optional<int64_t> window, double scale,
+                  const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
+                  const std::optional<at::Tensor>& v_scale, const at::Tensor& stamps,
+                  const LaunchPlan& plan);
+
+namespace {
+
+void split_phases_op(const at::Tensor& q, const at::Tensor& kv_cache,
+                     const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                     const at::Tensor& sinks, std::optional<int64_t> window, double scale,
+                     const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
+                     const std::optional<at::Tensor>& v_scale, const at::Tensor& stamps,
+                     c10::IntArrayRef plan) {
+  split_phases(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale,
+               stamps, from_ints(plan));
+}
+
+}  // namespace
 
 TORCH_LIBRARY(flint_testing, m) {
   // A PDL-aware stand-in for a KV-cache writer right before decode_attention
@@ -219,6 +240,10 @@ TORCH_LIBRARY(flint_testing, m) {
   m.def("balanced_phases(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, "
         "Tensor sinks, int? window, float scale, Tensor(a!) out, Tensor? k_scale, "
         "Tensor? v_scale, Tensor(b!) stamps) -> ()");
+  // The 9-warp split kernel with %globaltimer stamps at its phases (split_phases.cu).
+  m.def("split_phases(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, "
+        "Tensor sinks, int? window, float scale, Tensor(a!) out, Tensor? k_scale, "
+        "Tensor? v_scale, Tensor(b!) stamps, int[] plan) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) {
@@ -229,6 +254,7 @@ TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) {
   m.impl("division", &division_op);
   m.impl("cta_pages", &cta_pages_op);
   m.impl("balanced_phases", &balanced_phases);
+  m.impl("split_phases", &split_phases_op);
 }
 
 }  // namespace flint
