@@ -15,8 +15,8 @@
 #include "decode_attention/launch_plan.h"
 #include "ops/params_from_tensors.h"
 #include "ops/validation.h"
-#include "ops/workspace.h"
 #include "ptx/timer.cuh"
+#include "testing/probe_launch.h"
 
 namespace flint {
 namespace {
@@ -80,30 +80,7 @@ void split_phases(const at::Tensor& q, const at::Tensor& kv_cache,
   const void* fn = kv == KvDtype::kBf16
                        ? reinterpret_cast<const void*>(&split_phases_kernel<detail::KvBf16, 2>)
                        : reinterpret_cast<const void*>(&split_phases_kernel<detail::KvFp8, 4>);
-  C10_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      shape.smem_bytes));
-  C10_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      cudaSharedmemCarveoutMaxShared));
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const WorkspaceLease lease = lease_workspace(q.device(), stream);
-  TORCH_CHECK(shape.partials <= lease.ws.max_partials && shape.counters <= lease.ws.max_counters,
-              "split_phases: the workspace is too small for this launch");
-  p.part_o = lease.ws.part_o;
-  p.part_ml = lease.ws.part_ml;
-  p.counters = lease.ws.counters;
-  uint64_t* stamp_ptr = reinterpret_cast<uint64_t*>(stamps.data_ptr<int64_t>());
-  cudaLaunchConfig_t launch = {};
-  launch.gridDim = shape.grid;
-  launch.blockDim = shape.block;
-  launch.dynamicSmemBytes = shape.smem_bytes;
-  launch.stream = stream;
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = plan.pdl ? 1 : 0;
-  launch.attrs = &attr;
-  launch.numAttrs = 1;
-  void* args[] = {&p, &stamp_ptr};
-  C10_CUDA_CHECK(cudaLaunchKernelExC(&launch, fn, args));
+  launch_probe(fn, p, shape, plan.pdl, stamps, "split_phases");
 }
 
 }  // namespace flint
