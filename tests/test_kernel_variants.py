@@ -83,14 +83,12 @@ def test_plan_without_pdl(pdl):
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 def test_default_plan(kv_dtype):
-    # The balanced kernel for full attention from 8 requests and over more
-    # (request, kv head) pairs than the split grid (2 x SMs CTAs) can give 8
-    # CTAs each (at least 8 pairs), never with a window; the split kernels
-    # otherwise (long windows by the full-attention rules), for either
-    # format (launch_plan.cpp). Never a function of the block tables (not an
-    # input).
+    # The plan the op takes on this GPU (and the split kernels' plan) is the
+    # host rule's at this GPU's SM count: tests/test_launch_plan.py checks
+    # those rules over many shapes and SM counts on any machine. Never a
+    # function of the block tables (not an input).
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    split_max_pairs = max(8, 2 * sms // 8)
+    kv = "fp8" if kv_dtype == FP8 else "bf16"
     for batch, kvh, window in [(1, 8, None), (7, 2, None), (8, 1, None), (8, 2, None),
                                (16, 2, None), (17, 2, None), (33, 1, None), (34, 1, None),
                                (8, 8, None), (512, 2, None), (1, 8, 128), (64, 1, 128),
@@ -101,28 +99,11 @@ def test_default_plan(kv_dtype):
         q = torch.empty(batch, 8 * kvh, 128, dtype=torch.bfloat16, device="cuda")
         cache = torch.empty(1, kvh, 16, 256, dtype=kv_dtype, device="cuda")
         plan = plans.default_plan(q, cache, window)
-        balanced = window is None and batch >= 8 and batch * kvh > split_max_pairs
-        assert (plan.kind == "balanced") == balanced, (batch, kvh, window, plan)
-        assert plan.kv == ("fp8" if kv_dtype == FP8 else "bf16")
-        if window is not None:
-            # Short windows take the short-span kernels (a cluster, one split
-            # or a warp a pair); past 8 pages a warp of them (a cluster's 16
-            # warps at 1-2 requests, else 4), 4 where their grid has fewer
-            # CTAs than a quarter of the SMs, the full-attention split rules.
-            ctas = (4 if batch <= 2 else 1) * batch * kvh
-            per_warp = 8 if 4 * ctas >= sms else 4
-            short = -(-window // 16) <= per_warp * (16 if batch <= 2 else 4)
-            full = plans.legacy_plan(q, cache, None)
-            if short:
-                assert plan.kind in ("cluster", "warp-per-head") or plan.splits == 1, (window, plan)
-            else:
-                assert dataclasses.replace(plan, pdl=full.pdl) == full, (batch, kvh, window, plan)
-        if not balanced:
-            # The same split plan as bf16's, twice the (half-size) slots for fp8.
-            bf16 = plans.default_plan(q, torch.empty(1, kvh, 16, 256, dtype=torch.bfloat16,
-                                                     device="cuda"), window)
-            x = 2 if kv_dtype == FP8 else 1
-            assert plan == dataclasses.replace(bf16, kv=plan.kv, stages=bf16.stages * x), (plan, bf16)
+        host = plans.plan_for_shape(batch, kvh, window, kv, sms)
+        assert plan == dataclasses.replace(host, pdl=plan.pdl), (batch, kvh, window, plan, host)
+        legacy = plans.legacy_plan(q, cache, window)
+        host = plans.plan_for_shape(batch, kvh, window, kv, sms, legacy=True)
+        assert legacy == dataclasses.replace(host, pdl=legacy.pdl), (batch, kvh, window, legacy)
 
 
 def test_unsupported_plan_is_an_error():

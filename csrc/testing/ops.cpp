@@ -76,6 +76,25 @@ std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_ca
       split_kernels_plan(batch, kvh, short_window(window_tokens(window), batch, kvh, sms), kv, sms));
 }
 
+// The plan of a call of this shape on a GPU of `sms` SMs (kv 0: bf16, 1:
+// fp8; window 0: none): plan_launch's, or with `legacy` the split kernels'.
+// No tensor and no GPU: the launch plan's rules checked over many shapes and
+// SM counts on any machine (tests/test_launch_plan.py).
+std::vector<int64_t> plan_for_shape_op(int64_t batch, int64_t num_kv_heads, int64_t window,
+                                       int64_t kv, int64_t sms, bool legacy) {
+  TORCH_CHECK(batch >= 1 && num_kv_heads >= 1 && batch * num_kv_heads <= INT32_MAX &&
+                  window >= 0 && (kv == 0 || kv == 1) && sms >= 1 && sms <= 1024,
+              "flint_testing.plan_for_shape: batch, num_kv_heads >= 1 (their product an int32), "
+              "window >= 0, kv 0 or 1, 1 <= sms <= 1024; got ", batch, ", ", num_kv_heads, ", ",
+              window, ", ", kv, ", ", sms);
+  const int b = static_cast<int>(batch), h = static_cast<int>(num_kv_heads);
+  const int w = window_tokens(window > 0 ? std::optional<int64_t>(window) : std::nullopt);
+  const int n = static_cast<int>(sms);
+  const KvDtype k = static_cast<KvDtype>(kv);
+  return to_ints(legacy ? split_kernels_plan(b, h, short_window(w, b, h, n), k, n)
+                        : plan_launch(b, h, w, k, n));
+}
+
 int64_t num_variants_op() { return num_variants(); }
 
 std::vector<int64_t> variant_op(int64_t i) {
@@ -230,6 +249,8 @@ TORCH_LIBRARY(flint_testing, m) {
         "Tensor? k_scale, Tensor? v_scale, int[] plan) -> ()");
   m.def("default_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
   m.def("legacy_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
+  m.def("plan_for_shape(int batch, int num_kv_heads, int window, int kv, int sms, bool legacy) "
+        "-> int[]", &plan_for_shape_op);
   m.def("num_variants() -> int", &num_variants_op);
   m.def("variant(int i) -> int[]", &variant_op);
   m.def("division(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, int? window, "

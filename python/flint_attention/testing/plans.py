@@ -96,6 +96,14 @@ def legacy_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) -> 
     return Plan.from_ints(_ops().legacy_plan(q, kv_cache, window))
 
 
+def plan_for_shape(batch: int, num_kv_heads: int, window: int | None, kv: str, sms: int,
+                   legacy: bool = False) -> Plan:
+    """The op's plan (or with ``legacy`` the split kernels') for a call of this
+    shape on a GPU of ``sms`` SMs, computed on the host: no tensor, no GPU."""
+    return Plan.from_ints(_ops().plan_for_shape(batch, num_kv_heads, window or 0,
+                                                KV_DTYPES.index(kv), sms, legacy))
+
+
 def balanced_plan(kv_cache: torch.Tensor) -> Plan:
     """The balanced kernel's plan for a cache of this dtype, whatever the
     shape (what the op launches for full attention from 8 requests and more
