@@ -217,7 +217,13 @@ def _worker(tmp_path, rows, impls, plans=None, monkeypatch=None):
     args = bench.parse_args(["--impls", impls, "--rows", "b1_l1k", "--row-budget-s", "1000"])
     args.row_list = rows
     if plans is not None:
+        # Both places `from flint_attention.testing import plans` looks: the
+        # package's attribute (set once any test imported the real module) and
+        # sys.modules.
+        import flint_attention.testing
+
         monkeypatch.setitem(sys.modules, "flint_attention.testing.plans", plans)
+        monkeypatch.setattr(flint_attention.testing, "plans", plans, raising=False)
     state = {"meta": {"rotation_target_bytes": 1}, "ceiling": {"tbps": 4.5}, "rows": []}
     shared = G.SharedPools(64 * 64 * 1024, "cpu", seed=3, fp8=True)
     w = bench.Worker(args, G, torch, state, tmp_path / "run.json", deadline=1e18, timer=_fake_timer,
