@@ -64,16 +64,21 @@ std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_c
   return to_ints(default_plan(q, kv_cache, window));
 }
 
+// The split kernels' plan (what plan_launch picks for sliding windows and
+// short full-attention calls), or with !legacy plan_launch's own.
+LaunchPlan plan_of(int batch, int kvh, int window, KvDtype kv, int sms, bool legacy) {
+  return legacy ? split_kernels_plan(batch, kvh, short_window(window, batch, kvh, sms), kv, sms)
+                : plan_launch(batch, kvh, window, kv, sms);
+}
+
 // The split kernels' plan for the call.
 std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
                                     std::optional<int64_t> window) {
   const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
   const KvDtype kv =
       kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
-  const int batch = static_cast<int>(q.size(0));
-  const int kvh = static_cast<int>(kv_cache.size(1));
-  return to_ints(
-      split_kernels_plan(batch, kvh, short_window(window_tokens(window), batch, kvh, sms), kv, sms));
+  return to_ints(plan_of(static_cast<int>(q.size(0)), static_cast<int>(kv_cache.size(1)),
+                         window_tokens(window), kv, sms, true));
 }
 
 // The plan of a call of this shape on a GPU of `sms` SMs (kv 0: bf16, 1:
@@ -87,12 +92,9 @@ std::vector<int64_t> plan_for_shape_op(int64_t batch, int64_t num_kv_heads, int6
               "flint_testing.plan_for_shape: batch, num_kv_heads >= 1 (their product an int32), "
               "window >= 0, kv 0 or 1, 1 <= sms <= 1024; got ", batch, ", ", num_kv_heads, ", ",
               window, ", ", kv, ", ", sms);
-  const int b = static_cast<int>(batch), h = static_cast<int>(num_kv_heads);
-  const int w = window_tokens(window > 0 ? std::optional<int64_t>(window) : std::nullopt);
-  const int n = static_cast<int>(sms);
-  const KvDtype k = static_cast<KvDtype>(kv);
-  return to_ints(legacy ? split_kernels_plan(b, h, short_window(w, b, h, n), k, n)
-                        : plan_launch(b, h, w, k, n));
+  return to_ints(plan_of(static_cast<int>(batch), static_cast<int>(num_kv_heads),
+                         window_tokens(window), static_cast<KvDtype>(kv), static_cast<int>(sms),
+                         legacy));
 }
 
 int64_t num_variants_op() { return num_variants(); }
