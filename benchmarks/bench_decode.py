@@ -89,6 +89,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+# Where a run's JSON and PNG go unless --out-dir says otherwise (git-ignored).
+OUT_DIR = HERE / "out"
 if __name__ == "__main__":
     import checkout
 
@@ -177,7 +179,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     c.add_argument("--no-check", action="store_true", help="time without checking outputs")
     c.add_argument("--seed", type=int, default=0)
     o = p.add_argument_group("output")
-    o.add_argument("--out-dir", default=str(HERE / "results"), help="JSON and PNG go here")
+    o.add_argument("--out-dir", default=str(OUT_DIR), help="JSON and PNG go here (default benchmarks/out/)")
     o.add_argument("--json", help="JSON path (default <out-dir>/bench_<timestamp>.json)")
     o.add_argument("--no-plot", action="store_true")
     o.add_argument("--dry-run", action="store_true",
@@ -433,7 +435,7 @@ def dry_run(args) -> int:
             "commit": git_commit(), "method": method(args, target), "dry_run": True,
             "skipped": ["FAKE: 0 rows skipped (budget)"]}
     ceiling = {"tbps": ceiling_tbps, "kernel": "assumed", "bytes": 0}
-    out_dir = Path(args.out_dir) if args.out_dir != str(HERE / "results") else Path(
+    out_dir = Path(args.out_dir) if args.out_dir != str(OUT_DIR) else Path(
         tempfile.mkdtemp(prefix="flint-bench-dry-"))
     json_path, png_path = paths(args, "dryrun", out_dir)
     final_report(args, meta, ceiling, results, json_path, png_path)

@@ -28,7 +28,8 @@ peer_vllm = load("peer_vllm")
 peer_xqa = load("peer_xqa")
 bench = load("bench_decode")
 
-RECORDED_RUN = BENCH / "results" / "bench_20261130-121706.json"
+# The measured run behind the README's plot and benchmarks/RESULTS.md.
+REFERENCE_RUN = BENCH / "reference" / "h200.json"
 
 
 @pytest.fixture(autouse=True)
@@ -168,15 +169,16 @@ def test_compact_table_verdicts_and_ratios():
     assert "vllm-triton missing on a_fp8: x" in notes
 
 
-def test_recorded_run_renders(tmp_path):
-    meta, ceiling, rows = report.load_json(RECORDED_RUN)
-    assert len(rows) == 15 and all(r["kv_dtype"] == "bf16" for r in rows)
+def test_reference_run_renders(tmp_path):
+    meta, ceiling, rows = report.load_json(REFERENCE_RUN)
+    assert (meta["commit"], meta["gpu"].split(" (")[0]) == ("4bcdeba", "NVIDIA H200")
+    assert len(rows) == 78 and sum(r["kv_dtype"] == "bf16" for r in rows) == 39
     block = report.results_block(meta, ceiling, rows)
-    assert "| b1_l8k | 1 x 8192 | 10.7 |" in block
-    assert "faster than fi-xqa on 15 of 15" in block
+    assert "| b1_l8k | 1 x 8192 | 11.3 |" in block
+    assert "faster than fi-xqa on 39 of 39" in block
     pytest.importorskip("matplotlib")
     out = tmp_path / "perf.png"
-    assert report.main(["--plot", str(RECORDED_RUN), "--out", str(out)]) == 0
+    assert report.main(["--plot", str(REFERENCE_RUN), "--out", str(out)]) == 0
     assert out.stat().st_size > 20_000
 
 
