@@ -91,13 +91,17 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 # Where a run's JSON and PNG go unless --out-dir says otherwise (git-ignored).
 OUT_DIR = HERE / "out"
+# The vLLM peer's command line (compile-ahead and CPU check processes).
+PEER_VLLM = HERE / "peers" / "peer_vllm.py"
+if __package__ in (None, ""):  # run as a file: the repository's packages import as under `python -m`
+    sys.path.insert(0, str(REPO))
 if __name__ == "__main__":
-    import checkout
+    from benchmarks import checkout
 
     checkout.use_this_checkout()
 
-import bench_grid as grid  # noqa: E402
-import bench_report as report  # noqa: E402
+from benchmarks import bench_grid as grid  # noqa: E402
+from benchmarks import bench_report as report  # noqa: E402
 
 # --impls key -> the name in tables and JSON; aliases.
 IMPLS = {"flint": "flint", "flint-legacy": "flint-legacy", "flint-balanced": "flint-balanced",
@@ -372,7 +376,7 @@ def plan_rows(args, ceiling_tbps: float, l2: int) -> tuple[list[dict], float]:
 
 
 def dry_run(args) -> int:
-    import bench_gpu as G
+    from benchmarks import bench_gpu as G
 
     ceiling_tbps = args.ceiling or 4.8
     l2 = grid.L2_BYTES_DEFAULT
@@ -447,8 +451,7 @@ def dry_run(args) -> int:
 
 def peer_cpu_checks(args) -> list[str]:
     """What can be verified of the peers without a GPU."""
-    import peer_vllm
-    import peer_xqa
+    from benchmarks.peers import peer_vllm, peer_xqa
 
     out = []
     if "vllm-triton" in args.impl_list:
@@ -456,7 +459,7 @@ def peer_cpu_checks(args) -> list[str]:
             m = peer_vllm.load()
             out.append(f"vllm-triton: {peer_vllm.PEER_DIR} imports under stubs "
                        f"(vllm {peer_vllm.source_info().get('vllm_version', '?')}, {m.__name__})")
-            cmd = [sys.executable, str(HERE / "peer_vllm.py"), "--cpu-check"]
+            cmd = [sys.executable, str(PEER_VLLM), "--cpu-check"]
             env = dict(os.environ, TRITON_INTERPRET="1")
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
             lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
@@ -477,7 +480,7 @@ def peer_cpu_checks(args) -> list[str]:
 
 def vllm_specs(rows: list[grid.Row]) -> list[dict]:
     """The distinct call shapes of ``rows`` for vLLM's kernels."""
-    import peer_vllm
+    from benchmarks.peers import peer_vllm
 
     specs = []
     for r in rows:
@@ -497,7 +500,7 @@ def vllm_compile_check(args) -> str:
         spec_file = Path(cache) / "specs.json"
         spec_file.write_text(json.dumps(specs))
         t0 = time.time()
-        done = subprocess.run([sys.executable, str(HERE / "peer_vllm.py"), "--compile-check", str(spec_file)],
+        done = subprocess.run([sys.executable, str(PEER_VLLM), "--compile-check", str(spec_file)],
                               capture_output=True, text=True, timeout=900,
                               env=dict(os.environ, TRITON_CACHE_DIR=str(Path(cache) / "triton")))
         cubins = len(list((Path(cache) / "triton").glob("*/*.cubin")))
@@ -767,7 +770,7 @@ class Worker:
 
 
 def gpu_meta(args, torch, target: int, l2: int) -> dict:
-    import peer_vllm
+    from benchmarks.peers import peer_vllm
 
     if args.device == "cpu":
         props = type("CPU", (), {"name": "CPU (--device cpu: plumbing test, not a benchmark)",
@@ -799,8 +802,8 @@ def worker_main(args) -> int:
         sys.exit("bench_decode.py needs a CUDA GPU (an H200); without one, use --dry-run.")
     if not cuda and not args.ceiling:
         sys.exit("--device cpu needs --ceiling")
-    import bench_gpu as G
-    import peer_xqa
+    from benchmarks import bench_gpu as G
+    from benchmarks.peers import peer_xqa
 
     if "FLINT_PDL" in os.environ:  # read once by the op: default timings need it unset
         log(f"warning: FLINT_PDL={os.environ['FLINT_PDL']} is set: unset for this run (default timings)")
@@ -920,7 +923,7 @@ def record_lost_worker(json_path: Path, why: str) -> str | None:
 
 def start_jit_warmers(args, json_path: Path) -> list:
     """peer_vllm.py --warm processes for the selected rows' vLLM kernels."""
-    import peer_vllm
+    from benchmarks.peers import peer_vllm
 
     if "vllm-triton" not in args.impl_list or args.jit_warmers <= 0 or args.device != "cuda":
         return []
@@ -932,7 +935,7 @@ def start_jit_warmers(args, json_path: Path) -> list:
     for i, part in enumerate(peer_vllm.partition(specs, args.jit_warmers)):
         path = folder / f"specs{i}.json"
         path.write_text(json.dumps(part))
-        procs.append(subprocess.Popen([sys.executable, str(HERE / "peer_vllm.py"), "--warm", str(path)]))
+        procs.append(subprocess.Popen([sys.executable, str(PEER_VLLM), "--warm", str(path)]))
     log(f"compiling vLLM's Triton kernels ahead in {len(procs)} processes ({len(specs)} call shapes)")
     return procs
 

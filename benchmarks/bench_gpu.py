@@ -18,29 +18,17 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-import bench_grid as grid
-import peer_vllm
-import peer_xqa
-from bench_grid import GQA, HEAD_DIM, PAGE_TOKENS, SCALE, Row
-from flint_attention.testing import BF16_VS_F64, Tolerance, error_report, reference_decode_attention
+from benchmarks import bench_grid as grid
+from benchmarks.bench_grid import GQA, HEAD_DIM, PAGE_TOKENS, SCALE, Row
+from benchmarks.peers import peer_vllm, peer_xqa
+# The inputs' fp8 scales and the bounds outputs are held to (Flint: the
+# package's; peers: looser ones that still catch wrong semantics).
+from benchmarks.peers.checks import FLINT_TOL, K_SCALE, PEER_TOL, V_SCALE
+from flint_attention.testing import Tolerance, error_report, reference_decode_attention
 from flint_attention.testing import serving as S
 
 FP8 = torch.float8_e4m3fn
 DTYPES = {"bf16": torch.bfloat16, "fp8": FP8}
-# Per-tensor fp8 scales (dequantized = stored x scale): 4 / 448 is what
-# calibrating unit-variance data gives; V's differs so that a peer that mixes
-# the two up fails its check.
-K_SCALE = 4.0 / 448
-V_SCALE = 8.0 / 448
-
-# Flint is held to the package's documented bound (bf16 and fp8 alike). Peers
-# round differently (XQA's fp8 kernel feeds Q and P to fp8 tensor cores, vLLM
-# rounds dequantized K/V to bf16), so they get looser bounds that still fail a
-# dropped sink, a wrong window or a mixed-up fp8 scale (rel. error ~0.5 or more;
-# tests/test_bench_rows.py checks that on these inputs).
-FLINT_TOL = BF16_VS_F64
-PEER_TOL = {"bf16": Tolerance(rel_fro=3e-2, atol=2**-5, rtol=2**-6),
-            "fp8": Tolerance(rel_fro=0.15, atol=2**-3, rtol=2**-4)}
 
 
 class Unavailable(Exception):
@@ -262,7 +250,7 @@ def measure_ceiling(gib: float, log) -> dict:
         ("x.view(int64).sum()", lambda: x.view(torch.int64).sum()),
     ]
     try:
-        import bench_triton_read as tr
+        from benchmarks import bench_triton_read as tr
 
         for block, warps, per_sm, cg in tr.VARIANTS:
             name = f"triton read-reduce BLOCK={block} warps={warps} progs/SM={per_sm}" + (" .cg" if cg else "")
@@ -324,6 +312,15 @@ def import_plans():
     return plans
 
 
+def plan_of(fn, *args):
+    """``fn(*args)`` for a plans function; a build without the CUDA kernel has
+    no test-only extension to load, which makes the plans unavailable."""
+    try:
+        return fn(*args)
+    except ImportError as e:
+        raise Unavailable(f"plans unavailable: {type(e).__name__}: {e}") from e
+
+
 def _outs(inp: RowInputs, kv_dtype: str) -> list[torch.Tensor]:
     return [torch.empty_like(inp.qs[s]) for s in inp.sets(kv_dtype)]
 
@@ -347,8 +344,8 @@ def make_flint_legacy(inp: RowInputs, kv_dtype: str, balanced: bool = False) -> 
     outs = _outs(inp, kv_dtype)
     fns, names = [], set()
     for s in inp.sets(kv_dtype):
-        plan = (plans.balanced_plan(kv) if balanced
-                else plans.legacy_plan(inp.qs[s], kv, row.window))
+        plan = (plan_of(plans.balanced_plan, kv) if balanced
+                else plan_of(plans.legacy_plan, inp.qs[s], kv, row.window))
         names.add(plan.name)
         fns.append(functools.partial(plans.run_with_plan, plan, inp.qs[s], kv, inp.tables[s],
                                      inp.seq_lens, inp.sinks, row.window, SCALE, outs[s],
@@ -368,7 +365,7 @@ def plan_balance(inp: RowInputs, kv_dtype: str, legacy: bool = False) -> dict:
     try:
         plans = import_plans()
         row, q, kv = inp.row, inp.qs[0], inp.cache(kv_dtype)
-        plan = plans.legacy_plan(q, kv, row.window) if legacy else plans.default_plan(q, kv, row.window)
+        plan = plan_of(plans.legacy_plan if legacy else plans.default_plan, q, kv, row.window)
         mx, mean = plan.balance(list(row.seq_lens), row.window, row.kv_heads)
         return {"plan": plan.name, "max_pages": int(mx), "mean_pages": float(mean),
                 "ratio": float(mx) / float(mean) if mean else None}

@@ -24,7 +24,7 @@ import fnmatch
 import math
 from dataclasses import dataclass
 
-from bench_report import GOAL, GOAL_TBPS, STRETCH, goal_us
+from benchmarks.bench_report import GOAL, GOAL_TBPS, STRETCH, goal_us
 from flint_attention.testing import serving as S
 
 PAGE_TOKENS = 16

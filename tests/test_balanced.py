@@ -250,7 +250,7 @@ def test_thousand_launches_with_two_level_merges():
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
 def test_phase_stamps_build_changes_no_bit(kv_dtype):
     # The testing extension's stamped build of the balanced kernel
-    # (benchmarks/phases_row.py) computes what the op's build computes, bit
+    # (tools/phases_row.py) computes what the op's build computes, bit
     # for bit, and stamps every warp's phases in order (with a two-level
     # merge: one request over the whole grid).
     inp = make([131072, 300, 0, 5000], 2, kv_dtype=kv_dtype)

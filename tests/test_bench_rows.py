@@ -17,16 +17,15 @@ import types
 import pytest
 import torch
 
-from bench_modules import BENCH, load
+from benchmarks import bench_decode as bench
+from benchmarks import bench_gpu as G
+from benchmarks import bench_grid as grid
+from benchmarks import bench_report as report
+from benchmarks.peers import peer_vllm, peer_xqa
 from flint_attention import flint_decode_attention
 from flint_attention.testing import error_report, reference_decode_attention
 
-grid = load("bench_grid")
-report = load("bench_report")
-G = load("bench_gpu")
-peer_vllm = load("peer_vllm")
-peer_xqa = load("peer_xqa")
-bench = load("bench_decode")
+BENCH = bench.HERE  # benchmarks/
 
 # The measured run behind the README's plot and benchmarks/RESULTS.md.
 REFERENCE_RUN = BENCH / "reference" / "h200.json"
@@ -259,7 +258,8 @@ def test_worker_reports_missing_plans_and_resumes(tmp_path):
     row = _small_row()
     w, res = _worker(tmp_path, [row], "flint,flint-legacy")
     r = res[row.name]
-    # No CUDA here: the plans module imports, its test-only ops have no CPU kernel.
+    # No GPU here: the plans module imports, but its test-only ops have no CPU
+    # kernel (a CUDA build) or their extension is not built (a CPU-only build).
     assert r["impls"]["flint-legacy"]["status"] == "missing"
     reason = r["impls"]["flint-legacy"]["reason"]
     assert "plans unavailable" in reason or "flint_testing::legacy_plan" in reason, reason
@@ -394,10 +394,10 @@ def test_vllm_loader_with_stand_in_files(tmp_path):
 
 
 @pytest.mark.skipif(not (peer_vllm.PEER_DIR / "triton_unified_attention.py").exists(),
-                    reason="vLLM's Triton attention is not extracted here (.peers/vllm_triton, PEERS.md)")
+                    reason="vLLM's Triton attention is not extracted here (.peers/vllm_triton, benchmarks/peers/README.md)")
 def test_vllm_peer_under_the_triton_interpreter(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, str(BENCH / "peer_vllm.py"), "--cpu-check"], capture_output=True,
+    done = subprocess.run([sys.executable, str(bench.PEER_VLLM), "--cpu-check"], capture_output=True,
                           text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count(": ok") == 8
@@ -405,7 +405,7 @@ def test_vllm_peer_under_the_triton_interpreter(tmp_path):
     specs = [peer_vllm.warm_spec(r.batch, r.kv_heads, r.window, r.kv_dtype, r.width)
              for r in grid.select_rows("srv_s24_r20_1k8k,swa128_srv_h1_s8_logu128k")]
     (tmp_path / "specs.json").write_text(json.dumps(specs))
-    done = subprocess.run([sys.executable, str(BENCH / "peer_vllm.py"), "--warm", str(tmp_path / "specs.json")],
+    done = subprocess.run([sys.executable, str(bench.PEER_VLLM), "--warm", str(tmp_path / "specs.json")],
                           capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0 and "4 of 4 compiled" in done.stderr, done.stderr
 

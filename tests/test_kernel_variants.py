@@ -260,7 +260,7 @@ def test_cta_pages_of_one_long_request():
                          ids=["two-level-merge", "b3-kvh2"])
 def test_split_phase_stamps_build_changes_no_bit(kv_dtype, seq_lens, kvh):
     # The testing extension's stamped build of the 9-warp split kernel
-    # (benchmarks/phases_row.py --kernel split) computes what the op's build
+    # (tools/phases_row.py --kernel split) computes what the op's build
     # computes, bit for bit, and stamps each warp's phases (SplitPhase,
     # kernel.cuh) in order. [65536] over one kv head: 114 splits, merged in
     # two levels; [20000, 0, 3000] over 2: the CTAs divided by the lengths,

@@ -1,16 +1,10 @@
-"""benchmarks/sass_diff.py's reading of `cuobjdump -sass` output (no GPU, no
+"""tools/sass_diff.py's reading of `cuobjdump -sass` output (no GPU, no
 toolkit): two builds of the same kernels in different folders compare equal,
 a changed instruction does not."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SPEC = importlib.util.spec_from_file_location(
-    "sass_diff", Path(__file__).resolve().parents[1] / "benchmarks" / "sass_diff.py")
-sass_diff = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(sass_diff)
+from tools import sass_diff
 
 
 def dump(folder: str, second_instr: str = "S2R R6, SR_TID.X") -> str:

@@ -4,7 +4,7 @@ project), for ``peer_vllm.py`` to load with torch and triton only.
 
     python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp --platform manylinux_2_28_x86_64 -d /tmp/vllm-wheel vllm==0.33.0
-    python3 benchmarks/extract_vllm_triton.py /tmp/vllm-wheel/vllm-0.33.0-*.whl
+    python3 benchmarks/peers/extract_vllm_triton.py /tmp/vllm-wheel/vllm-0.33.0-*.whl
 
 Only the two modules the kernel lives in and vLLM's license are taken; the
 vllm modules they import (envs, logger, platforms, triton_utils,
@@ -21,7 +21,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEST = REPO / ".peers" / "vllm_triton"
 # Where the kernel lives in vLLM 0.33 (earlier releases had it under
 # vllm/attention/ops/): the first member found of each list is taken.

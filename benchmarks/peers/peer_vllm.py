@@ -2,8 +2,8 @@
 triton only (no vLLM install).
 
 ``.peers/vllm_triton/`` holds the two modules copied out of a vLLM wheel by
-``extract_vllm_triton.py`` (git-ignored, carried to the GPU machine; see
-benchmarks/PEERS.md). ``load()`` imports them under their vLLM names with
+``extract_vllm_triton.py`` (git-ignored, copied to the GPU machine with the
+tree; see benchmarks/peers/README.md). ``load()`` imports them under their vLLM names with
 small stand-ins for the vllm modules they touch:
 
     vllm.envs                  VLLM_BATCH_INVARIANT = False, VLLM_TRITON_USE_TD = None
@@ -45,7 +45,9 @@ import sys
 import types
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+if __package__ in (None, ""):  # run as a file: the repository's packages import as under `python -m`
+    sys.path.insert(0, str(REPO))
 PEER_DIR = REPO / ".peers" / "vllm_triton"
 MODULES = ("triton_attention_helpers", "triton_unified_attention")
 PACKAGE = "vllm.v1.attention.ops"
@@ -54,7 +56,7 @@ HEAD_DIM = 128
 # vllm/v1/attention/backends/triton_attn.py (0.33)
 MIN_LAUNCH_GRID_SIZE_2D = 128
 NUM_PAR_SOFTMAX_SEGMENTS = 16
-# vLLM's default cudagraph_capture_sizes start like issue 21's list.
+# vLLM's default cudagraph_capture_sizes (up to 512), which the serving rows pad to.
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512)
 
 
@@ -415,9 +417,8 @@ def cpu_check(peer_dir: Path | None = None) -> list[str]:
 
     import torch
 
+    from benchmarks.peers.checks import K_SCALE, PEER_TOL, V_SCALE
     from flint_attention.testing import FP8, error_report, make_paged_inputs, reference_decode_attention
-
-    from bench_gpu import K_SCALE, PEER_TOL, V_SCALE
 
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("set TRITON_INTERPRET=1 before running the CPU check")
@@ -451,10 +452,10 @@ def cpu_check(peer_dir: Path | None = None) -> list[str]:
 
 
 if __name__ == "__main__":
-    usage = ("usage: TRITON_INTERPRET=1 python benchmarks/peer_vllm.py --cpu-check\n"
-             "       python benchmarks/peer_vllm.py --warm SPECS.json            (GPU machine)\n"
-             "       python benchmarks/peer_vllm.py --compile-check SPECS.json   (no GPU needed)")
-    import checkout
+    usage = ("usage: TRITON_INTERPRET=1 python benchmarks/peers/peer_vllm.py --cpu-check\n"
+             "       python benchmarks/peers/peer_vllm.py --warm SPECS.json            (GPU machine)\n"
+             "       python benchmarks/peers/peer_vllm.py --compile-check SPECS.json   (no GPU needed)")
+    from benchmarks import checkout
 
     checkout.use_this_checkout()
     if sys.argv[1:] == ["--cpu-check"]:

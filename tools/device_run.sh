@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
 # The GPU machine's one script: the named steps in order, each under a time
 # limit, a short summary last (and in $OUT/summary.txt).
-#   bash benchmarks/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu ncusrc demo
+#   bash tools/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu ncusrc demo
 #   build      the extension (pip install -e ., the system g++)
 #   smoke      tests/test_balanced.py, test_fp8.py, test_kernel_variants.py (GPU ids)
 #   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu), its log
 #              $OUT/$TESTS_NAME.log (default tests); on the GPU machine $OUT is set
 #              (device_out/ is only the fallback)
-#   memcheck / racecheck / synccheck   compute-sanitizer on benchmarks/sanitize_cases.py
+#   memcheck / racecheck / synccheck   compute-sanitizer on tools/sanitize_cases.py
 #              (racecheck: SAN_ARGS, default --quick; synccheck: every case in its own process
 #              unless SAN_ARGS; SAN_TOOL_ARGS, SAN_TAG)
 #   sass       every kernel of the shipped .so: PDL, bulk copies, MMA, no local memory
-#   ab         benchmarks/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
-#   phases     benchmarks/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
+#   ab         tools/quick_ab.py (AB_ARGS): default vs split vs balanced plans, fast
+#   phases     tools/phases_row.py (PHASES_ARGS): the balanced kernel's phase stamps
 #              (PHASES_ARGS="--kernel split ...": the 9-warp split kernel's)
 #   bench      benchmarks/bench_decode.py (BENCH_ARGS; peers from .whl and .peers,
-#              carried: benchmarks/WHEELS.md, PEERS.md)
+#              copied with the tree: benchmarks/peers/WHEELS.md, README.md)
 #   ncu        Nsight Compute of one steady-state launch per NCU_SPECS ("row plan [fp8]; ..."),
 #              NCU_SECTIONS (default: speed of light, warp states, launch, occupancy,
 #              compute workload -- pipe utilization -- and instruction mix)
 #   ncusrc     ncu source counters of one launch per NCU_SPECS: warp-stall samples per
-#              source line (benchmarks/ncu_source.py; NCU_RANGES "FILE:FIRST-LAST ...")
+#              source line (tools/ncu_source.py; NCU_RANGES "FILE:FIRST-LAST ...")
 #   demo       python -m flint_attention
 # Record what each call showed in benchmarks/logs/ (the session's file).
 set -u -o pipefail
@@ -45,7 +45,7 @@ pytest_gpu() {  # name, limit_s, pytest args... (-v: a test's outcome is logged 
 }
 sanitize() {  # tool, limit_s, args (SAN_TOOL_ARGS: the tool's own options; SAN_TAG: log name suffix)
   local t0=$(date +%s) log="$OUT/san_$1${SAN_TAG:-}.log"
-  timeout "$2" compute-sanitizer --tool "$1" ${SAN_TOOL_ARGS:-} --error-exitcode 9 python3 benchmarks/sanitize_cases.py ${3:-} >"$log" 2>&1
+  timeout "$2" compute-sanitizer --tool "$1" ${SAN_TOOL_ARGS:-} --error-exitcode 9 python3 tools/sanitize_cases.py ${3:-} >"$log" 2>&1
   note "$1${SAN_TAG:-} ${3:-} rc=$? ($(( $(date +%s) - t0 )) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|cases done' "$log" | tr '\n' ' ')"
   grep -m3 -B2 -A12 "=========.*\(Invalid\|Race\|Barrier\|Error\)" "$log" | head -40
 }
@@ -76,15 +76,15 @@ for step in "$@"; do
     synccheck)
       if [ -n "${SAN_ARGS:-}" ]; then synccheck_one "${SAN_S:-120}" "$SAN_ARGS"
       else
-        mapfile -t case_args < <(python3 benchmarks/sanitize_cases.py --synccheck-args)
+        mapfile -t case_args < <(python3 tools/sanitize_cases.py --synccheck-args)
         for kv in bf16 fp8; do for c in "${!case_args[@]}"; do
           SAN_TOOL_ARGS="${case_args[$c]}" \
             SAN_TAG=_${kv}_$c synccheck_one "${SAN_S:-40}" "--case $c --kv $kv"
         done; done
         SAN_TAG=_balanced synccheck_one "${SAN_S:-90}" --balanced
       fi ;;
-    ab) timeout "${AB_S:-200}" python3 benchmarks/quick_ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -70 ;;
-    phases) timeout "${PHASES_S:-150}" python3 benchmarks/phases_row.py ${PHASES_ARGS:-} 2>&1 | tee "$OUT/phases.log" | tail -120 ;;
+    ab) timeout "${AB_S:-200}" python3 tools/quick_ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -70 ;;
+    phases) timeout "${PHASES_S:-150}" python3 tools/phases_row.py ${PHASES_ARGS:-} 2>&1 | tee "$OUT/phases.log" | tail -120 ;;
     sass)
       for so in python/flint_attention/_C*.so; do
         cuobjdump --dump-sass "$so" >"$OUT/sass.txt" 2>&1
@@ -107,7 +107,7 @@ for step in "$@"; do
         set -- $spec
         timeout 90 ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \
           ${NCU_SECTIONS:---section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis --section InstructionStats} \
-          python3 benchmarks/ncu_row.py "$1" "$2" ${3:-} >"$OUT/ncu_$1_$2${3:-}.txt" 2>&1
+          python3 tools/ncu_row.py "$1" "$2" ${3:-} >"$OUT/ncu_$1_$2${3:-}.txt" 2>&1
         note "ncu $1 $2 ${3:-}: $(grep -E 'Duration' "$OUT/ncu_$1_$2${3:-}.txt" | tr -s ' ' | tr '\n' ' ')"
       done ;;
     ncusrc)  # per-instruction warp-stall samples of one launch per NCU_SPECS (ncu_source.py)
@@ -117,10 +117,10 @@ for step in "$@"; do
         rep=$OUT/src_$1_$2${3:-}
         timeout 150 ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \
           --section SourceCounters --section WarpStateStats --import-source yes -f -o "$rep" \
-          python3 benchmarks/ncu_row.py "$1" "$2" ${3:-} >"$rep.log" 2>&1
+          python3 tools/ncu_row.py "$1" "$2" ${3:-} >"$rep.log" 2>&1
         ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda,sass >"$rep.csv" 2>"$rep.err"
         gzip -f "$rep.csv"; rm -f "$rep.ncu-rep"
-        python3 benchmarks/ncu_source.py "$rep.csv.gz" 60 ${NCU_RANGES:-} >"$rep.txt" 2>&1
+        python3 tools/ncu_source.py "$rep.csv.gz" 60 ${NCU_RANGES:-} >"$rep.txt" 2>&1
         note "ncusrc $1 $2 ${3:-}: $(head -1 "$rep.txt")"
       done ;;
     demo) python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15; note "demo rc=$?" ;;

@@ -1,7 +1,7 @@
 """Which kernels' SASS differ between two builds: proof, without a GPU, that a
 change left the other kernels instruction-for-instruction the same.
 
-    python benchmarks/sass_diff.py OLD NEW
+    python tools/sass_diff.py OLD NEW
 
 OLD and NEW are objects or extensions holding sm_90a code (e.g. two cubins of
 one csrc/decode_attention/kernels/*.cu, built with setup.py's nvcc flags plus

@@ -6,7 +6,7 @@ CUDA-graph replay of back-to-back calls rotating over input sets of >= 200 MB
 The full benchmark (peers, every row, JSON) is bench_decode.py; this is for a
 first look at a kernel change.
 
-    python benchmarks/quick_ab.py [--rows a,b] [--plans default,split,balanced] [--variants]
+    python tools/quick_ab.py [--rows a,b] [--plans default,split,balanced] [--variants]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ segments split over warps and CTAs, the two-level merge, chained pieces,
 seq_len 0, windows, fp8, PDL off. Results are checked against float64 so that a
 run that is silently wrong still fails.
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_cases.py [--quick | --defaults]
+    compute-sanitizer --tool memcheck python tools/sanitize_cases.py [--quick | --defaults]
 
 --quick: the balanced machinery and the op's default plans (racecheck is
 slow); --defaults: the op's default plans only, one kernel of each kind per

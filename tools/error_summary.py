@@ -3,7 +3,7 @@
 error, the worst absolute error and the largest fraction of the per-coordinate
 bound used, with the test that hit it. This is how GPU_VS_CPU is measured.
 
-    python benchmarks/error_summary.py errors.jsonl
+    python tools/error_summary.py errors.jsonl
 """
 
 import json

@@ -2,7 +2,7 @@
 source page, for the device_run step `ncusrc`:
 
     ncu -i R.ncu-rep --page source --csv --print-source cuda,sass > R.csv
-    python benchmarks/ncu_source.py R.csv [TOP] [FILE:FIRST-LAST ...]
+    python tools/ncu_source.py R.csv [TOP] [FILE:FIRST-LAST ...]
 
 The page has one section per source file ("File Path" row, then a "Line No"
 header); each CUDA line's row carries the samples of its SASS instructions,

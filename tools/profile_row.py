@@ -3,7 +3,7 @@ larger than L2: the workload for a profiler on the benchmark's rows (ncu_row.py,
 device_run.sh's ncu step, does the same for quick_ab's rows and the plans).
 
     ncu --set full -k regex:decode_attention -s 20 -c 1 \
-        python benchmarks/profile_row.py --row b1_l1k [--impl flint-legacy] [--row srv_b32_logu32k_fp8]
+        python tools/profile_row.py --row b1_l1k [--impl flint-legacy] [--row srv_b32_logu32k_fp8]
 
 ncu serializes kernels, so a profiled launch never overlaps the one before
 it (no PDL overlap): profiles show a call's own time, not a chain's. Serving
@@ -13,16 +13,20 @@ rows (srv_*) allocate the shared pool (--pool-gib).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
+if __package__ in (None, ""):  # run as a file: the repository's packages import as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 if __name__ == "__main__":
-    import checkout
+    from benchmarks import checkout
 
     checkout.use_this_checkout()
 
 import torch  # noqa: E402
 
-import bench_gpu as G  # noqa: E402
-import bench_grid as grid  # noqa: E402
+from benchmarks import bench_gpu as G  # noqa: E402
+from benchmarks import bench_grid as grid  # noqa: E402
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ xqa.py, jit/xqa.py, data/csrc/xqa/*), not run here (no GPU):
   CACHE_ELEM_ENUM=2 and, on sm_90, the Hopper fp8 kernel (mha_sm90.cu), which
   also takes sinks and the sliding window at q_len 1. That kernel feeds Q and P
   to fp8 tensor cores, so its error against float64 is larger than a bf16
-  kernel's: the benchmark checks peers with a looser bound (bench_gpu.PEER_TOL).
+  kernel's: the benchmark checks peers with a looser bound (checks.PEER_TOL).
 - One JIT module per (q dtype, cache dtype, page 16, head_dim 128, group 8,
   sliding or not, out dtype): four here. ``prebuild`` compiles them in one ninja
   run (flashinfer.jit.core.build_jit_specs, what FlashInfer's AOT build uses)

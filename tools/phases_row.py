@@ -11,22 +11,26 @@ calls' entries; for the balanced kernel also per warp its stream time by the
 pieces in its share, split into the stream's sections (StreamSection in
 csrc/decode_attention/page_ring.cuh).
 
-    python benchmarks/phases_row.py [--rows b1_l8k,h1_tp_64k] [--kv bf16,fp8] [--kernel split]
+    python tools/phases_row.py [--rows b1_l8k,h1_tp_64k] [--kv bf16,fp8] [--kernel split]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
-import torch
+if __package__ in (None, ""):  # run as a file: the repository's packages import as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import flint_attention  # noqa: F401  (the op library first: _testing links to it)
-import flint_attention._testing  # noqa: F401  (torch.ops.flint_testing)
-from flint_attention.testing import FP8, plans
-from flint_attention.testing.serving import page_span
+import torch  # noqa: E402
 
-import quick_ab
+import flint_attention  # noqa: F401,E402  (the op library first: _testing links to it)
+import flint_attention._testing  # noqa: F401,E402  (torch.ops.flint_testing)
+from flint_attention.testing import FP8, plans  # noqa: E402
+from flint_attention.testing.serving import page_span  # noqa: E402
+from tools import quick_ab  # noqa: E402
 
 PHASES = ["entered", "divided", "leading", "waited", "streamed", "cta_ready", "cta_merged",
           "arrived", "finished"]

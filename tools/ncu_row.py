@@ -3,18 +3,20 @@ inputs (the 21st is the one to profile: ncu -s 20 -c 1), so that caches and
 the workspace are warm and the profiled launch is a steady-state one.
 
     ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \\
-        python benchmarks/ncu_row.py ROW PLAN [KV]
+        python tools/ncu_row.py ROW PLAN [KV]
     (PLAN: default | legacy (split kernels) | balanced; KV: bf16 (default) | fp8)
 """
 
 import sys
+from pathlib import Path
 
-import torch
+if __package__ in (None, ""):  # run as a file: the repository's packages import as under `python -m`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flint_attention.testing import FP8, make_paged_inputs, plans
+import torch  # noqa: E402
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from quick_ab import ROWS  # noqa: E402
+from flint_attention.testing import FP8, make_paged_inputs, plans  # noqa: E402
+from tools.quick_ab import ROWS  # noqa: E402
 
 row, which = sys.argv[1], sys.argv[2]
 fp8 = len(sys.argv) > 3 and sys.argv[3] == "fp8"
