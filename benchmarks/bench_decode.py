@@ -36,11 +36,12 @@ Floors and goals
 Implementations (--impls; one that cannot run is reported missing with its
 exception, never estimated)
     flint          the public op
-    flint-legacy   the split kernels' plan for the row (plans.legacy_plan), through
-                   the test-only extension: what the op launches for bf16 below 8
-                   requests and for sliding windows, forced on every row (an A/B)
+    flint-split    the split kernels' plan for the row (plans.legacy_plan), through
+                   the test-only extension, forced on every row (an A/B): what the
+                   op launches for sliding windows and for full attention below 8
+                   requests or while the split grid gives a pair >= 8 CTAs
     flint-balanced the balanced kernel's plan (plans.balanced_plan), forced on
-                   every row: what the op launches for fp8 and bf16 from 8 requests
+                   every row: what the op launches for the other full-attention calls
     vllm-triton    vLLM's Triton unified attention (.peers/vllm_triton, PEERS.md),
                    on views of the same cache, sinks, window, fp8 descales
     xqa            FlashInfer trtllm_batch_decode_with_kv_cache(backend="xqa"), HND
@@ -58,7 +59,7 @@ Robustness
 
 Outputs
     Progress lines on stderr; at the end the compact table (row, Flint µs,
-    TB/s, % of ceiling, goal, met?, balance, legacy, XQA, vLLM-triton, fp8/bf16),
+    TB/s, % of ceiling, goal, met?, balance, split, XQA, vLLM-triton, fp8/bf16),
     the full table, a block to paste into benchmarks/RESULTS.md, JSON (default
     <out-dir>/bench_<timestamp>.json) and a PNG (bench_report.py --plot re-renders
     one from a JSON).
@@ -104,11 +105,11 @@ from benchmarks import bench_grid as grid  # noqa: E402
 from benchmarks import bench_report as report  # noqa: E402
 
 # --impls key -> the name in tables and JSON; aliases.
-IMPLS = {"flint": "flint", "flint-legacy": "flint-legacy", "flint-balanced": "flint-balanced",
+IMPLS = {"flint": "flint", "flint-split": "flint-split", "flint-balanced": "flint-balanced",
          "vllm-triton": "vllm-triton",
          "xqa": "fi-xqa", "sdpa": "sdpa"}
-ALIASES = {"legacy": "flint-legacy", "vllm": "vllm-triton", "fi-xqa": "xqa"}
-DEFAULT_IMPLS = "flint,flint-legacy,flint-balanced,vllm-triton,xqa,sdpa"  # vllm before xqa: its Triton JIT
+ALIASES = {"split": "flint-split", "balanced": "flint-balanced", "vllm": "vllm-triton", "fi-xqa": "xqa"}
+DEFAULT_IMPLS = "flint,flint-split,flint-balanced,vllm-triton,xqa,sdpa"  # vllm before xqa: its Triton JIT
 # overlaps FlashInfer's prebuild
 
 
@@ -414,7 +415,7 @@ def dry_run(args) -> int:
         plans = G.import_plans()
         emit(f"- plans: importable ({plans.__name__})")
     except G.Unavailable as e:
-        emit(f"- {e}: flint-legacy will be reported missing and the balance column n/a")
+        emit(f"- {e}: flint-split and flint-balanced will be reported missing and the balance column n/a")
     # 3. the peers' call mapping
     for line in peer_cpu_checks(args):
         emit(f"- {line}")
@@ -426,7 +427,7 @@ def dry_run(args) -> int:
         fl = row.floor_us(ceiling_tbps)
         res["balance"]["flint"] = {"plan": "FAKE", "max_pages": 10, "mean_pages": 9.0, "ratio": 10 / 9}
         res["impls"]["flint"] = {"status": "ok", "us": fl * 1.05 + 2.0, "err": 2e-3}
-        res["impls"]["flint-legacy"] = {"status": "missing", "reason": "FAKE: plans unavailable"}
+        res["impls"]["flint-split"] = {"status": "missing", "reason": "FAKE: plans unavailable"}
         res["impls"]["vllm-triton"] = {"status": "ok", "us": fl * 1.6 + 6, "note": "FAKE vllm"}
         res["impls"]["fi-xqa"] = {"status": "ok", "us": fl * 1.3 + 5, "note": "FAKE flashinfer"}
         if row.group == "legacy" and row.kv_dtype == "bf16":
@@ -557,7 +558,7 @@ class Worker:
 
     def factories(self):
         G = self.G
-        table = {"flint": G.make_flint, "flint-legacy": G.make_flint_legacy,
+        table = {"flint": G.make_flint, "flint-split": G.make_flint_split,
                  "flint-balanced": G.make_flint_balanced, "vllm-triton": G.make_vllm,
                  "xqa": lambda inp, d: G.make_xqa(inp, d, self.args.setup_timeout_s * 0.8),
                  "sdpa": G.make_sdpa}
@@ -652,8 +653,8 @@ class Worker:
         res = self.result_for(row, n_sets, n_calls)
         if "flint" in args.impl_list and "flint" not in res["balance"]:
             res["balance"]["flint"] = self.G.plan_balance(inp, row.kv_dtype)
-        if "flint-legacy" in args.impl_list and "flint-legacy" not in res["balance"]:
-            res["balance"]["flint-legacy"] = self.G.plan_balance(inp, row.kv_dtype, legacy=True)
+        if "flint-split" in args.impl_list and "flint-split" not in res["balance"]:
+            res["balance"]["flint-split"] = self.G.plan_balance(inp, row.kv_dtype, split=True)
         self.save()  # the partial row: a lost worker's error lands on it
         waited0 = self.prebuild_waited()
         for name, factory in self.factories():

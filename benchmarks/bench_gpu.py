@@ -1,6 +1,6 @@
 """Device side of the decode benchmark: input sets, the output check, timing
 (CUDA-graph replay, eager loops), the HBM read ceiling and the
-implementations under test (Flint and its legacy plan, FlashInfer XQA, vLLM's
+implementations under test (Flint, Flint with a forced plan, FlashInfer XQA, vLLM's
 Triton unified attention, torch SDPA).
 
 Importable without a GPU: --dry-run and the CPU tests build the same inputs on
@@ -335,9 +335,20 @@ def make_flint(inp: RowInputs, kv_dtype: str) -> Impl:
     return Impl(fns, FLINT_TOL, grid.check_requests(row), prefill=outs)
 
 
-def make_flint_legacy(inp: RowInputs, kv_dtype: str, balanced: bool = False) -> Impl:
-    """The split kernels' plan (balanced: the balanced kernel's) through the
-    test-only plans, whatever the op's own choice for the row."""
+def make_flint_split(inp: RowInputs, kv_dtype: str) -> Impl:
+    """The split kernels' plan for the row, whatever the op's own choice."""
+    return _make_flint_forced(inp, kv_dtype, balanced=False)
+
+
+def make_flint_balanced(inp: RowInputs, kv_dtype: str) -> Impl:
+    """The balanced kernel's plan, whatever the op's own choice for the row."""
+    return _make_flint_forced(inp, kv_dtype, balanced=True)
+
+
+def _make_flint_forced(inp: RowInputs, kv_dtype: str, balanced: bool) -> Impl:
+    """A plan forced through the test-only plans: the split kernels' rules
+    (plans.legacy_plan, named by the testing extension's op) or the balanced
+    kernel."""
     plans = import_plans()
     row, kv = inp.row, inp.cache(kv_dtype)
     ks, vs = inp.scales(kv_dtype)
@@ -351,21 +362,17 @@ def make_flint_legacy(inp: RowInputs, kv_dtype: str, balanced: bool = False) -> 
                                      inp.seq_lens, inp.sinks, row.window, SCALE, outs[s],
                                      k_scale=ks, v_scale=vs))
     return Impl(fns, FLINT_TOL, grid.check_requests(row),
-                ("balanced plan " if balanced else "legacy plan ") + "/".join(sorted(names)),
+                ("balanced plan " if balanced else "split plan ") + "/".join(sorted(names)),
                 prefill=outs)
 
 
-def make_flint_balanced(inp: RowInputs, kv_dtype: str) -> Impl:
-    return make_flint_legacy(inp, kv_dtype, balanced=True)
-
-
-def plan_balance(inp: RowInputs, kv_dtype: str, legacy: bool = False) -> dict:
+def plan_balance(inp: RowInputs, kv_dtype: str, split: bool = False) -> dict:
     """{"plan", "max_pages", "mean_pages", "ratio"} of flint's default plan
-    (or the legacy one) on this row, or {"error": ...}."""
+    (or the split kernels' plan) on this row, or {"error": ...}."""
     try:
         plans = import_plans()
         row, q, kv = inp.row, inp.qs[0], inp.cache(kv_dtype)
-        plan = plan_of(plans.legacy_plan if legacy else plans.default_plan, q, kv, row.window)
+        plan = plan_of(plans.legacy_plan if split else plans.default_plan, q, kv, row.window)
         mx, mean = plan.balance(list(row.seq_lens), row.window, row.kv_heads)
         return {"plan": plan.name, "max_pages": int(mx), "mean_pages": float(mean),
                 "ratio": float(mx) / float(mean) if mean else None}

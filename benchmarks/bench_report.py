@@ -24,11 +24,11 @@ import sys
 from pathlib import Path
 
 FLINT = "flint"
-LEGACY = "flint-legacy"
+SPLIT = "flint-split"  # the split kernels' plan forced (an A/B)
 XQA = "fi-xqa"
 VLLM = "vllm-triton"
 SDPA = "sdpa"
-PREFERRED = (FLINT, LEGACY, XQA, VLLM, SDPA)
+PREFERRED = (FLINT, SPLIT, XQA, VLLM, SDPA)
 PEERS = (XQA, VLLM, SDPA)  # the targets compare flint with XQA and vLLM (SDPA: context)
 GOAL_TBPS = 4.5
 GOAL = (0.93, 3.0)
@@ -143,10 +143,10 @@ def verdict(res: dict) -> dict:
 
 def compact_table(results: list[dict]) -> str:
     """One line per row: row | Flint µs | TB/s | % ceil | goal | met? |
-    balance | legacy | XQA | vLLM-triton | fp8/bf16."""
+    balance | split | XQA | vLLM-triton | fp8/bf16."""
     annotate(results)
     head = ["row", "lengths", "flint µs", "TB/s", "% ceil", "goal µs", "met?", "balance",
-            "legacy µs", "XQA µs", "vLLM-triton µs", "fp8/bf16"]
+            "split µs", "XQA µs", "vLLM-triton µs", "fp8/bf16"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for res in results:
         fr = res["impls"].get(FLINT, {})
@@ -162,7 +162,7 @@ def compact_table(results: list[dict]) -> str:
         cells = [res["row"], _lengths(res),
                  _short(fr) if fr else "", f"{fr['tbps']:.2f}" if fr.get("tbps") else "",
                  f"{fr['pct']:.0f}%" if fr.get("pct") else "", _us(res["goal_us"]), met,
-                 _balance(res), _short(res["impls"].get(LEGACY)), _short(res["impls"].get(XQA)),
+                 _balance(res), _short(res["impls"].get(SPLIT)), _short(res["impls"].get(XQA)),
                  _short(res["impls"].get(VLLM)), f"{ratio:.2f}" if ratio else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -355,7 +355,7 @@ def plot(path: Path, ceiling: dict, results: list[dict], title: str | None = Non
         if r["twin"] not in names:
             names.append(r["twin"])
     impls = [n for n in impl_order(results) if any(_t(r, n) for r in results)]
-    colors = {FLINT: "#d62728", LEGACY: "#ff9896", XQA: "#1f77b4", VLLM: "#2ca02c", SDPA: "#7f7f7f"}
+    colors = {FLINT: "#d62728", SPLIT: "#ff9896", XQA: "#1f77b4", VLLM: "#2ca02c", SDPA: "#7f7f7f"}
     by = {(r["twin"], r["kv_dtype"]): r for r in results}
     n_rows = len(names)
     fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes) + 2.5, 0.42 * n_rows * max(1, len(impls) / 3) + 1.6),

@@ -208,7 +208,7 @@ def _plans_stub():
 
     m = types.ModuleType("flint_attention.testing.plans")
     m.default_plan = lambda q, kv_cache, window: Plan("default")
-    m.legacy_plan = lambda q, kv_cache, window: Plan("legacy")
+    m.legacy_plan = lambda q, kv_cache, window: Plan("split")
     m.run_with_plan = lambda plan, *a, k_scale=None, v_scale=None: flint_decode_attention(
         *a, k_scale=k_scale, v_scale=v_scale)
     return m
@@ -237,14 +237,14 @@ def _worker(tmp_path, rows, impls, plans=None, monkeypatch=None):
 def test_worker_on_the_cpu_path(tmp_path, window, monkeypatch):
     row = _small_row(window)
     rows = [row, row.as_dtype("fp8")]
-    w, res = _worker(tmp_path, rows, "flint,flint-legacy,xqa,sdpa", _plans_stub(), monkeypatch)
+    w, res = _worker(tmp_path, rows, "flint,flint-split,xqa,sdpa", _plans_stub(), monkeypatch)
     for name in (row.name, row.name + "_fp8"):
         r = res[name]
         assert "partial" not in r
         f = r["impls"]["flint"]
         assert f["status"] == "ok" and f["err"] < 1e-2 and f["checked"] == [0, 2, 4, 5], f
-        assert r["impls"]["flint-legacy"]["status"] == "ok"
-        assert r["impls"]["flint-legacy"]["note"] == "legacy plan legacy"
+        assert r["impls"]["flint-split"]["status"] == "ok"
+        assert r["impls"]["flint-split"]["note"] == "split plan split"
         assert r["impls"]["fi-xqa"]["status"] == "missing"  # no flashinfer here
         assert "sdpa" not in r["impls"]  # uniform bf16 rows only
         b = r["balance"]["flint"]
@@ -256,12 +256,12 @@ def test_worker_on_the_cpu_path(tmp_path, window, monkeypatch):
 
 def test_worker_reports_missing_plans_and_resumes(tmp_path):
     row = _small_row()
-    w, res = _worker(tmp_path, [row], "flint,flint-legacy")
+    w, res = _worker(tmp_path, [row], "flint,flint-split")
     r = res[row.name]
     # No GPU here: the plans module imports, but its test-only ops have no CPU
     # kernel (a CUDA build) or their extension is not built (a CPU-only build).
-    assert r["impls"]["flint-legacy"]["status"] == "missing"
-    reason = r["impls"]["flint-legacy"]["reason"]
+    assert r["impls"]["flint-split"]["status"] == "missing"
+    reason = r["impls"]["flint-split"]["reason"]
     assert "plans unavailable" in reason or "flint_testing::legacy_plan" in reason, reason
     error = r["balance"]["flint"]["error"]
     assert "plans unavailable" in error or "flint_testing::" in error, error

@@ -102,7 +102,7 @@ for step in "$@"; do
         ${BENCH_ARGS:-} 2>"$OUT/bench.err" | tee "$OUT/bench.log" | tail -100
       note "bench rc=$?" ;;
     ncu)
-      IFS=';' read -ra specs <<<"${NCU_SPECS:-b1_l8k default; b1_l8k legacy}"
+      IFS=';' read -ra specs <<<"${NCU_SPECS:-b1_l8k default; b1_l8k split}"
       for spec in "${specs[@]}"; do
         set -- $spec
         timeout 90 ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \

@@ -4,7 +4,7 @@ the workspace are warm and the profiled launch is a steady-state one.
 
     ncu --clock-control none -k regex:decode_attention -s 20 -c 1 \\
         python tools/ncu_row.py ROW PLAN [KV]
-    (PLAN: default | legacy (split kernels) | balanced; KV: bf16 (default) | fp8)
+    (PLAN: default | split (the split kernels' rules) | balanced; KV: bf16 (default) | fp8)
 """
 
 import sys
@@ -28,7 +28,7 @@ sets = [make_paged_inputs(len(lens), lens, kvh, window, "cuda", poison=False,
 s = sets[0]
 if which == "default":
     plan = plans.default_plan(s.q, s.kv_cache, window)
-elif which == "legacy":
+elif which == "split":
     plan = plans.legacy_plan(s.q, s.kv_cache, window)
 else:
     plan = plans.balanced_plan(s.kv_cache)

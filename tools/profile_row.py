@@ -3,7 +3,7 @@ larger than L2: the workload for a profiler on the benchmark's rows (ncu_row.py,
 device_run.sh's ncu step, does the same for quick_ab's rows and the plans).
 
     ncu --set full -k regex:decode_attention -s 20 -c 1 \
-        python tools/profile_row.py --row b1_l1k [--impl flint-legacy] [--row srv_b32_logu32k_fp8]
+        python tools/profile_row.py --row b1_l1k [--impl flint-split] [--row srv_b32_logu32k_fp8]
 
 ncu serializes kernels, so a profiled launch never overlaps the one before
 it (no PDL overlap): profiles show a call's own time, not a chain's. Serving
@@ -33,7 +33,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--row", required=True, help="a benchmark row name, e.g. b1_l1k or srv_b8_logu16k_fp8")
     p.add_argument("--calls", type=int, default=30)
-    p.add_argument("--impl", choices=("flint", "flint-legacy"), default="flint")
+    p.add_argument("--impl", choices=("flint", "flint-split", "flint-balanced"), default="flint")
     p.add_argument("--pool-gib", type=float, default=24.0)
     p.add_argument("--device", default="cuda", help="cpu: the same calls on the CPU path (a check)")
     args = p.parse_args()
@@ -44,7 +44,8 @@ def main() -> None:
     shared = (G.SharedPools(int(args.pool_gib * 2**30), args.device, 0, row.kv_dtype == "fp8")
               if row.placement == "pool" else None)
     inp = G.build_inputs(base, {row.kv_dtype: n_sets}, shared, seed=1, device=args.device)
-    impl = (G.make_flint if args.impl == "flint" else G.make_flint_legacy)(inp, row.kv_dtype)
+    make = {"flint": G.make_flint, "flint-split": G.make_flint_split, "flint-balanced": G.make_flint_balanced}
+    impl = make[args.impl](inp, row.kv_dtype)
     for i in range(args.calls):
         impl.fns[i % len(impl.fns)]()
     if args.device == "cuda":
