@@ -5,7 +5,7 @@ the block table (dequantized, stored x scale, for an fp8 cache), softmax with
 the sink as one more logit, all in float64. It shares nothing with the C++
 paths but the input layout.
 
-Non-finite values follow the README's rule (Semantics, Non-finite values): the
+Non-finite values follow the rule of docs/semantics.md (Non-finite values): the
 softmax is taken in the limit, with the max over the finite logits only, so
 that exp(-inf) = 0 (a -inf logit has no weight, a -inf sink is no sink) and
 exp(+inf) = inf (a +inf logit gives inf / inf = NaN, a +inf sink takes all the
@@ -30,7 +30,7 @@ LOG2E = math.log2(math.e)
 
 def _fp32_overflow(x: torch.Tensor, factor: float | torch.Tensor = 1.0) -> torch.Tensor:
     """x (float64), with +-inf where x * factor is beyond float32's range: the
-    op computes these quantities in float32 (README: Non-finite values)."""
+    op computes these quantities in float32 (docs/semantics.md: Non-finite values)."""
     return torch.where((x * factor).abs() > FLT_MAX, x.sign() * math.inf, x)
 
 
