@@ -2,15 +2,15 @@
 its peers, all measured in the same run on identical inputs.
 
 Rows (bench_grid.py; --list-rows prints each one's lengths)
-    The 15 uniform rows of the earlier runs (names, shapes and placement
-    unchanged) and issue 21's serving-shaped rows: ragged lengths from
-    fixed-seed distributions (log-uniform, one long among many short, bimodal,
-    nearly uniform), batches padded with seq_len-0 rows to CUDA-graph capture
-    sizes, block tables 8192 wide, each request's blocks drawn at random from
-    one KV pool of tens of GB, 1-2 kv heads at 32k-128k, sliding-window layers
-    at the same batch shapes. Every row has an fp8 twin (<name>_fp8, issue 22):
-    the same lengths, tables and queries on an e4m3 cache holding the same
-    values quantized (per-tensor scales, dequantized = stored x scale).
+    15 uniform rows (the group "legacy") and serving-shaped rows: ragged
+    lengths from fixed-seed distributions (log-uniform, one long among many
+    short, bimodal, nearly uniform), batches padded with seq_len-0 rows to
+    CUDA-graph capture sizes, block tables 8192 wide, each request's blocks
+    drawn at random from one KV pool of tens of GB, 1-2 kv heads at 32k-128k,
+    sliding-window layers at the same batch shapes. Every row has an fp8 twin
+    (<name>_fp8): the same lengths, tables and queries on an e4m3 cache
+    holding the same values quantized (per-tensor scales, dequantized =
+    stored x scale).
 
 What is timed
     One query token per request, GQA 8, head_dim 128, HND cache
@@ -29,8 +29,8 @@ Floors and goals
     KV bytes = attended K+V bytes (positions x kv heads x 256 x 2 bytes bf16 /
     1 byte fp8). floor = KV bytes / the ceiling measured in this run (the best
     of a few plain streaming reads of a 4 GiB buffer); % ceil = (KV bytes /
-    time) / ceiling. goal = KV bytes at 4.5 TB/s / 0.93 + 3 µs (issues 21 and
-    22), stretch = / 0.95 + 2 µs. balance = the slowest CTA's pages / the mean,
+    time) / ceiling. goal = KV bytes at 4.5 TB/s / 0.93 + 3 µs, stretch = /
+    0.95 + 2 µs (a fixed bandwidth: goals do not move with the machine). balance = the slowest CTA's pages / the mean,
     from flint's default launch plan (flint_attention.testing.plans).
 
 Implementations (--impls; one that cannot run is reported missing with its
@@ -42,7 +42,7 @@ exception, never estimated)
                    requests or while the split grid gives a pair >= 8 CTAs
     flint-balanced the balanced kernel's plan (plans.balanced_plan), forced on
                    every row: what the op launches for the other full-attention calls
-    vllm-triton    vLLM's Triton unified attention (.peers/vllm_triton, PEERS.md),
+    vllm-triton    vLLM's Triton unified attention (.peers/vllm_triton, peers/README.md),
                    on views of the same cache, sinks, window, fp8 descales
     xqa            FlashInfer trtllm_batch_decode_with_kv_cache(backend="xqa"), HND
                    views, sinks, window_left = W - 1, fp8 scales (peer_xqa.py)
@@ -60,9 +60,9 @@ Robustness
 Outputs
     Progress lines on stderr; at the end the compact table (row, Flint µs,
     TB/s, % of ceiling, goal, met?, balance, split, XQA, vLLM-triton, fp8/bf16),
-    the full table, a block to paste into benchmarks/RESULTS.md, JSON (default
-    <out-dir>/bench_<timestamp>.json) and a PNG (bench_report.py --plot re-renders
-    one from a JSON).
+    the full table, a results block (machine, versions, commit, method, tables),
+    JSON (default benchmarks/out/bench_<timestamp>.json, git-ignored) and a PNG
+    (bench_report.py --plot re-renders one from a JSON).
 
 Usage (GPU)
     python benchmarks/bench_decode.py --out-dir $OUT                 # everything
@@ -320,7 +320,7 @@ def final_report(args, meta, ceiling, results, json_path: Path, png_path: Path) 
             png_line = report.plot(png_path, ceiling, results)
         except Exception as e:  # noqa: BLE001 (a plot failure must not lose the results)
             png_line = f"plot failed: {type(e).__name__}: {e}"
-    emit("----- paste into benchmarks/RESULTS.md -----")
+    emit("----- results (benchmarks/RESULTS.md's form) -----")
     emit(report.results_block(meta, ceiling, results))
     emit("----- end -----")
     et = report.eager_table(results)

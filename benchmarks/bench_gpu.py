@@ -93,7 +93,7 @@ def draw_tables(row: Row, num_blocks: int, n_sets: int, seed: int) -> torch.Tens
     """[n_sets, B, width] int32 (CPU): the row's placements. Pool rows draw
     every request's attended pages at random from the whole pool; compact rows
     give each set its own range of exactly its attended blocks, in shuffled
-    order (as the earlier runs did)."""
+    order."""
     if row.placement == "pool":
         return S.draw_block_tables(row.seq_lens, row.window, num_blocks, row.width, n_sets, seed)
     per_set = row.attended_blocks
@@ -303,11 +303,11 @@ def import_flint():
 
 
 def import_plans():
-    """flint_attention.testing.plans (the kernel engineer's test-only launch
-    plans), or Unavailable("plans unavailable: ...")."""
+    """flint_attention.testing.plans (the test-only launch plans), or
+    Unavailable("plans unavailable: ...")."""
     try:
         from flint_attention.testing import plans
-    except Exception as e:  # noqa: BLE001 (absent today: reported, never fatal)
+    except Exception as e:  # noqa: BLE001 (an absent module is reported, never fatal)
         raise Unavailable(f"plans unavailable: {type(e).__name__}: {e}") from e
     return plans
 

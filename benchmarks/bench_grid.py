@@ -4,16 +4,16 @@ cold and how many calls a graph holds.
 
 Two kinds of rows:
 
-- the 15 uniform rows of the earlier runs ("legacy": names, shapes and
-  placement unchanged): every request has seq_len tokens, block tables
+- 15 uniform rows (the group "legacy", the benchmark's first rows, names,
+  shapes and placement kept): every request has seq_len tokens, block tables
   ceil(seq_len / 16) wide, each input set its own compact cache of just the
   attended pages, in shuffled order;
-- serving-shaped rows (issue 21, names ``srv_*`` and ``swa128_srv_*``): ragged
+- serving-shaped rows (names ``srv_*`` and ``swa128_srv_*``): ragged
   lengths from fixed-seed distributions, batches padded with seq_len-0 rows to
   CUDA-graph capture sizes, block tables 8192 wide, every request's blocks drawn
   at random from one shared pool of tens of GB.
 
-Every row has an fp8 twin (``<name>_fp8``, issue 22): the same lengths, block
+Every row has an fp8 twin (``<name>_fp8``): the same lengths, block
 tables and queries on an e4m3 cache holding the same values quantized.
 """
 
@@ -37,8 +37,8 @@ KV_DTYPES = ("bf16", "fp8")
 L2_BYTES_DEFAULT = 60 * 10**6  # H200
 SMS_DEFAULT = 132  # H200
 
-# Issue 21 / 22 goals (bench_report): floor at GOAL_TBPS = 4.5 TB/s, time <= floor /
-# 0.93 + 3 µs (GOAL), stretch floor / 0.95 + 2 µs (STRETCH).
+# Goals (bench_report), the same for bf16 and fp8: floor at GOAL_TBPS = 4.5 TB/s,
+# time <= floor / 0.93 + 3 µs (GOAL), stretch floor / 0.95 + 2 µs (STRETCH).
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def _k(n: int) -> str:
 
 
 def legacy_rows() -> list[Row]:
-    """The 15 rows of the earlier runs (benchmarks/RESULTS.md), unchanged."""
+    """The 15 uniform rows (the group "legacy"): names, shapes and placement fixed."""
     rows = [Row(f"b1_l{_k(L)}", 1, 8, L) for L in (1024, 8192, 32768, 131072)]
     rows += [Row(f"b{B}_l8k", B, 8, 8192) for B in (4, 16, 64)]
     rows += [Row("b256_l2k", 256, 8, 2048), Row("b64_l32k", 64, 8, 32768)]
@@ -173,11 +173,11 @@ def serving_row(name: str, lens, spec: str, kv_heads: int = 8, window: int | Non
 
 # Seeds are fixed per row: the lengths are the same in every run (tests pin a few).
 def serving_rows() -> list[Row]:
-    """Issue 21's serving shapes: first its own measured calls (same shapes,
-    so the numbers compare), then length distributions, kv heads 1-2 at long
-    contexts, and sliding-window layers at the same batch shapes."""
+    """Serving shapes: first the calls the performance goal was stated on
+    (same shapes, so the numbers compare), then length distributions, kv heads
+    1-2 at long contexts, and sliding-window layers at the same batch shapes."""
     lu = S.log_uniform
-    issue = [
+    goal_calls = [
         serving_row("srv_b32_logu32k", lu(32, 100, 32768, 2101), "log-uniform 100..32768"),
         serving_row("srv_s24_r20_1k8k", S.uniform(20, 1024, 8192, 2102),
                     "20 uniform 1024..8192 + 4 padding"),
@@ -209,9 +209,9 @@ def serving_rows() -> list[Row]:
     # Sliding-window layers at the same batch shapes (the lengths of the full rows).
     swa_of = ["srv_b32_logu32k", "srv_s24_r20_1k8k", "srv_b128_logu8k", "srv_s16_onelong128k",
               "srv_s64_bimodal", "srv_s512_logu4k", "srv_h1_s8_logu128k", "srv_h2_s48_logu128k"]
-    by_name = {r.name: r for r in issue + own}
+    by_name = {r.name: r for r in goal_calls + own}
     swa = [dataclasses.replace(by_name[n], name="swa128_" + n, window=128) for n in swa_of]
-    return issue + own + swa
+    return goal_calls + own + swa
 
 
 def default_grid() -> list[Row]:

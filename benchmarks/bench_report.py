@@ -8,7 +8,7 @@ JSON and the plot. Also a command line that re-renders a saved run:
 A row result is a dict: row, kv_dtype, twin (the bf16 row's name), batch,
 kv_heads, seq_len (the longest), window, lengths {count, padding, min, median,
 max, attended_tokens, attended_pages}, kv_bytes, floor_us (at the measured
-ceiling), goal_us / stretch_us (issue 21's, at 4.5 TB/s), n_sets, n_calls,
+ceiling), goal_us / stretch_us (at 4.5 TB/s), n_sets, n_calls,
 balance {impl: {plan, max_pages, mean_pages, ratio} or {error}}, and impls:
 {name: {status ("ok", "missing", "mismatch", "error", "unchecked",
 "skipped"), us, tbps, pct, err, max_abs, note, reason}}. Runs recorded before

@@ -71,7 +71,7 @@ def test_serving_rows_are_serving_shaped():
         assert r.seq_lens[: len(real)] == tuple(real), "padding rows come last"
         assert max(real) <= 8192 * 16 and r.kv_heads in (1, 2, 8) and r.spec
     by = {r.name: r for r in rows}
-    # The issue's measured calls, same shapes.
+    # The calls the performance goal was stated on, same shapes.
     s = by["srv_b32_logu32k"].summary
     assert (s.count, s.padding) == (32, 0) and s.min >= 100 and s.max <= 32768
     s = by["srv_s24_r20_1k8k"].summary
@@ -197,7 +197,7 @@ def _small_row(window=None):
 
 
 def _plans_stub():
-    """A stand-in for flint_attention.testing.plans (the kernel engineer's)."""
+    """A stand-in for flint_attention.testing.plans (its test-only ops need a GPU)."""
     @dataclasses.dataclass(frozen=True)
     class Plan:
         name: str

@@ -22,7 +22,7 @@
 #   ncusrc     ncu source counters of one launch per NCU_SPECS: warp-stall samples per
 #              source line (tools/ncu_source.py; NCU_RANGES "FILE:FIRST-LAST ...")
 #   demo       python -m flint_attention
-# Record what each call showed in benchmarks/logs/ (the session's file).
+# Every step's log is in $OUT (default device_out/), the summary in $OUT/summary.txt.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_out}
@@ -50,9 +50,9 @@ sanitize() {  # tool, limit_s, args (SAN_TOOL_ARGS: the tool's own options; SAN_
   grep -m3 -B2 -A12 "=========.*\(Invalid\|Race\|Barrier\|Error\)" "$log" | head -40
 }
 synccheck_one() {  # limit_s, args: SAN_TOOL_ARGS default for synccheck only, not the later steps
-  # 256 tracked barriers: the fp8 9-warp splits overflowed 64 (runs 125-127); the
-  # case loop below takes each case's own (sanitize_cases.py --synccheck-args,
-  # read once; set but empty: the tool's default).
+  # 256 tracked barriers: the fp8 9-warp splits overflow the tool's default 64 and
+  # fail their launch; the case loop below takes each case's own
+  # (sanitize_cases.py --synccheck-args, read once; set but empty: the tool's default).
   SAN_TOOL_ARGS=${SAN_TOOL_ARGS---num-cuda-barriers 256} sanitize synccheck "$@"
 }
 for step in "$@"; do
@@ -71,8 +71,8 @@ for step in "$@"; do
     racecheck) sanitize racecheck "${SAN_S:-200}" "${SAN_ARGS:---quick}" ;;
     # synccheck: one process per case (and one for the balanced machinery). In one
     # process the tool's cuda::barrier tracking overflows after enough launches and the
-    # next kernel fails (runs 92-93, 101-102: 64 tracked; 1024 ran it out of memory in run 104),
-    # while every case alone passes (run 105). SAN_ARGS: one process with those args.
+    # next kernel fails (at 64 tracked; 1024 runs the tool out of memory), while every
+    # case alone passes. SAN_ARGS: one process with those args.
     synccheck)
       if [ -n "${SAN_ARGS:-}" ]; then synccheck_one "${SAN_S:-120}" "$SAN_ARGS"
       else

@@ -48,10 +48,10 @@ CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5
          ([5000, 0, 700, 3000], 2, 1024), ([9000], 2, 4096)]
 
 # synccheck's --num-cuda-barriers: 256 (the fp8 9-warp splits keep 36
-# mbarriers a CTA, more than the tool tracks by default: runs 125-127), but
-# the tool's default for these cases, whose 1100 requests give torch's own
-# set-up and reference kernels grids too large to track 256 a CTA (run 133:
-# the tool out of memory).
+# mbarriers a CTA, more than the tool tracks by default, which fails their
+# launch under it), but the tool's default for these cases, whose 1100
+# requests give torch's own set-up and reference kernels grids too large to
+# track 256 a CTA (the tool runs out of memory).
 SYNCCHECK_DEFAULT_TRACKING = {8}
 
 
@@ -62,7 +62,7 @@ LAUNCHES = itertools.count()  # run()'s calls so far (with --balanced-case: the 
 def check(inp, window, what):
     """inp.out against float64, computed on the CPU: under a sanitizer every
     launch is slow, and the reference launches a few kernels per request
-    (1100 requests kept racecheck past 200 s, run 132)."""
+    (on the GPU, 1100 requests kept racecheck past 200 s)."""
     cpu = [None if t is None else t.cpu() for t in (inp.q, inp.kv_cache, inp.block_tables,
                                                     inp.seq_lens, inp.sinks, inp.k_scale,
                                                     inp.v_scale)]

@@ -3,8 +3,8 @@
 // kernel streams pages) of 8 or 16 KB with 1-3 in flight per warp, and plain
 // 16-byte loads by 256 threads. One CTA of 8 warps per SM (every variant
 // reserves 200 KB of shared memory), on 64 and on all SMs, each CTA reading
-// its own 16 MB (L2 cold). Device run 45 found ~50 GB/s per SM for the
-// kernel's 8 KB copies; this says whether another kind takes in more.
+// its own 16 MB (L2 cold). On an H200 the kernel's 8 KB copies take in ~50
+// GB/s per SM; this says whether another kind takes in more.
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc \
 //     tools/sm_intake.cu -o /tmp/sm_intake && /tmp/sm_intake
 #include <cuda_runtime.h>

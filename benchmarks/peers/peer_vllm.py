@@ -178,8 +178,8 @@ def load(peer_dir: Path | str | None = None) -> types.ModuleType:
         return _LOADED[key]
     missing = [f"{m}.py" for m in MODULES if not (peer_dir / f"{m}.py").is_file()]
     if missing:
-        raise PeerUnavailable(f"{peer_dir} lacks {', '.join(missing)} (benchmarks/PEERS.md says "
-                              "how to extract them from a vLLM wheel; carry .peers)")
+        raise PeerUnavailable(f"{peer_dir} lacks {', '.join(missing)} (benchmarks/peers/README.md "
+                              "says how to extract them from a vLLM wheel)")
     if "vllm" in sys.modules and not getattr(sys.modules["vllm"], "_flint_stub", False):
         raise PeerUnavailable("a real vllm package is imported: the stubs would shadow it")
     try:

@@ -32,7 +32,7 @@ from flint_attention.ops import HEAD_DIM, PAGE_TOKENS
 from flint_attention.testing.inputs import FP8, quantize_fp8
 from flint_attention.testing.reference import attended_span
 
-# vLLM's default CUDA-graph capture sizes up to 512 (issue 21).
+# vLLM's default CUDA-graph capture sizes up to 512: serving batches are padded to these.
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512)
 TABLE_WIDTH = 8192  # block-table columns of a 128k-token model at 16 tokens a page
 
