@@ -79,6 +79,9 @@ class Build(BuildExtension):
 
     def build_extensions(self):
         self.extensions.sort(key=lambda e: e.name != "flint_attention._C")
+        # One extension at a time (`build_ext -j N` would link _testing before
+        # _C exists); ninja compiles each one's sources in parallel (MAX_JOBS).
+        self.parallel = None
         super().build_extensions()
 
     def build_extension(self, ext):
