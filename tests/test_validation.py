@@ -14,7 +14,7 @@ from conftest import needs_hopper
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from flint_attention import flint_decode_attention
-from flint_attention.testing import DEFAULT_SCALE, make_paged_inputs
+from flint_attention.testing import DEFAULT_SCALE, FP8, make_paged_inputs
 
 NAMES = ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "window", "scale", "out"]
 
@@ -76,6 +76,31 @@ def with_shape(t, *shape):
     return torch.zeros(shape, dtype=t.dtype, device=t.device)
 
 
+def strided_over(t, *strides):
+    """A tensor of t's shape and dtype with these strides over a fresh buffer
+    (elements may coincide)."""
+    size = 1 + sum((n - 1) * s for n, s in zip(t.shape, strides))
+    return torch.zeros(size, dtype=t.dtype, device=t.device).as_strided(t.shape, strides)
+
+
+def out_over_strided_cache(a, offset):
+    """kv_cache the even kv heads of a buffer (a strided view), out a dense
+    view of that buffer from element ``offset``."""
+    kv, out = a["kv_cache"], a["out"]
+    buf = torch.zeros(kv.shape[0], 2 * kv.shape[1], *kv.shape[2:], dtype=kv.dtype, device=kv.device)
+    cache = buf[:, ::2].copy_(kv)
+    return dict(kv_cache=cache, out=buf.view(-1)[offset : offset + out.numel()].view(out.shape))
+
+
+def out_over_strided_q(a):
+    """q every other 128 elements of a buffer (not dense), out a dense view
+    from q's second row on: their elements partly coincide."""
+    q = a["q"]
+    buf = torch.zeros(2 * q.numel(), dtype=q.dtype, device=q.device)
+    q2 = buf.view(*q.shape[:2], 256)[..., :128].copy_(q)
+    return dict(q=q2, out=buf[256 : 256 + q.numel()].view(q.shape))
+
+
 # (id, change to the valid args, regex the message must match)
 BAD_INPUTS = [
     # dtypes
@@ -127,7 +152,13 @@ BAD_INPUTS = [
     ("scale_neg_inf", lambda a: dict(scale=-math.inf), r"scale must be finite and > 0 .*got -inf"),
     ("scale_float_overflow", lambda a: dict(scale=1e39), r"scale \* log2\(e\) finite in float32\), got 1e\+39"),
     # aliasing: every output element is written once while inputs are read
-    ("out_expanded", lambda a: dict(out=a["out"][:1].expand(2, 8, 128)), r"out must not have overlapping rows"),
+    ("out_expanded", lambda a: dict(out=a["out"][:1].expand(2, 8, 128)), r"out must not have overlapping elements .*got shape \[2, 8, 128\] and strides \[0, 128, 1\]"),
+    ("out_rows_overlap", lambda a: dict(out=strided_over(a["out"], 1024, 64, 1)), r"out must not have overlapping elements .*got shape \[2, 8, 128\] and strides \[1024, 64, 1\]"),
+    ("out_batches_overlap", lambda a: dict(out=strided_over(a["out"], 8, 128, 1)), r"out must not have overlapping elements .*strides \[8, 128, 1\]"),
+    ("out_over_strided_kv_cache", lambda a: out_over_strided_cache(a, 0), r"out must not share memory with kv_cache \(their byte ranges in one storage must not meet\), got out over bytes \[0, 4096\) and kv_cache over \[0, "),
+    # between the view's elements: refused too (a range test cannot tell)
+    ("out_in_strided_kv_cache_gap", lambda a: out_over_strided_cache(a, 16 * 256), r"out must not share memory with kv_cache"),
+    ("out_partly_over_strided_q", out_over_strided_q, r"out must not share memory with q \(their byte ranges .*got out over bytes \[512, 4608\) and q over \[0, 7936\)"),
     ("out_is_q", lambda a: dict(out=a["q"]), r"out must not share memory with q"),
     ("out_in_kv_cache", lambda a: dict(out=a["kv_cache"].view(-1)[: 2 * 8 * 128].view(2, 8, 128)), r"out must not share memory with kv_cache"),
     ("out_overlaps_q", lambda a: overlapping(a["q"]), r"out must not share memory with q"),
@@ -273,3 +304,62 @@ def test_zero_width_block_table_with_empty_requests(device):
     assert inp.block_tables.shape == (3, 0)
     flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, None, 0.1, inp.out)
     assert torch.equal(inp.out, torch.zeros_like(inp.out))
+
+
+ALIASING = [pytest.param(c, m, id=i) for i, c, m in BAD_INPUTS
+            if "overlapping elements" in m or "share memory" in m]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("change, match", ALIASING)
+def test_torch_compile_refuses_aliasing(change, match, dynamic):
+    args = valid_args("cpu")
+    args.update(change(args))
+
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        return flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.1, out)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, dynamic=dynamic)
+    what = match.split(" .*")[0].split(r" \(")[0]  # shapes print as symbols when dynamic
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=what):
+        compiled(*(args[n] for n in ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"]))
+
+
+def fp8_args() -> dict:
+    inp = make_paged_inputs(2, [5, 20], 1, None, "cpu", poison=False, kv_dtype=FP8, k_scale=[0.01], v_scale=0.02)
+    return dict(valid_args("cpu"), kv_cache=inp.kv_cache, k_scale=inp.k_scale, v_scale=inp.v_scale)
+
+
+def in_one_buffer(args: dict, name: str, gap: int) -> dict:
+    """args with ``name`` and then out in one byte buffer: ``name`` ends at a
+    16-byte boundary, out starts ``gap`` bytes past it (negative: they overlap)."""
+    t, out = args[name], args["out"]
+    t_bytes, out_bytes = t.numel() * t.element_size(), out.numel() * out.element_size()
+    end = 4096 + -(-t_bytes // 16) * 16
+    buf = torch.zeros(end + out_bytes, dtype=torch.uint8)
+    moved = buf[end - t_bytes : end].view(t.dtype).view(t.shape).copy_(t)
+    return dict(args, **{name: moved, "out": buf[end + gap : end + gap + out_bytes].view(out.dtype).view(out.shape)})
+
+
+INPUT_NAMES = ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "k_scale", "v_scale"]
+
+
+@pytest.mark.parametrize("fake", [False, True], ids=["eager", "fake"])
+@pytest.mark.parametrize("name", INPUT_NAMES)
+def test_out_may_follow_an_input_in_one_storage_but_not_overlap_it(name, fake):
+    # The byte ranges in one storage: out right after the input is fine; out
+    # starting 16 bytes before the input's end is refused, whatever the dtypes.
+    args = fp8_args()
+    touching, overlapping = in_one_buffer(args, name, 0), in_one_buffer(args, name, -16)
+
+    def run(a):
+        if not fake:
+            return flint_decode_attention(*(a[n] for n in NAMES), k_scale=a["k_scale"], v_scale=a["v_scale"])
+        with FakeTensorMode() as mode:
+            f = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in a.items()}
+            return flint_decode_attention(*(f[n] for n in NAMES), k_scale=f["k_scale"], v_scale=f["v_scale"])
+
+    run(touching)
+    with pytest.raises(RuntimeError, match=rf"out must not share memory with {name} \(their byte ranges"):
+        run(overlapping)
