@@ -7,7 +7,9 @@ window past int64, None or a non-tensor for a tensor (TypeError)."""
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 from conftest import needs_hopper
@@ -212,31 +214,148 @@ def wrapper_call(args: dict, **changes):
     return flint_decode_attention(*(a[n] for n in NAMES))
 
 
-@pytest.mark.parametrize("window", [True, False])
-def test_wrapper_rejects_a_bool_window(window):
-    # The dispatcher takes a bool for an int: True would run as window 1.
-    with pytest.raises(TypeError, match=rf"window must be None or an int, got {window} \(a bool\)"):
-        wrapper_call(valid_args("cpu"), window=window)
+# Window and scale of the wrong type: what the dispatcher would pass on as
+# something else (True as window 1, torch.tensor(8.7) as window 8, a tensor
+# scale read on the host) or cannot carry. (id, window, scale, error, regex)
+BAD_SCALARS = [
+    ("window_true", True, DEFAULT_SCALE, TypeError, r"window must be None or an int, got True \(a bool\)"),
+    ("window_false", False, DEFAULT_SCALE, TypeError, r"window must be None or an int, got False \(a bool\)"),
+    ("window_float", 2.0, DEFAULT_SCALE, TypeError, r"window must be None or an int, got a float$"),
+    ("window_str", "16", DEFAULT_SCALE, TypeError, r"window must be None or an int, got a str$"),
+    ("window_list", [16], DEFAULT_SCALE, TypeError, r"window must be None or an int, got a list$"),
+    ("window_numpy_float", np.float32(8.7), DEFAULT_SCALE, TypeError, r"window must be None or an int, got a numpy float32$"),
+    ("window_numpy_bool", np.bool_(True), DEFAULT_SCALE, TypeError, r"window must be None or an int, got a numpy bool$"),
+    ("window_tensor", torch.tensor(8), DEFAULT_SCALE, TypeError, r"window must be None or an int, got a Tensor \(the op reads it on the host"),
+    ("window_float_tensor", torch.tensor(8.7), DEFAULT_SCALE, TypeError, r"window must be None or an int, got a Tensor"),
+    ("window_past_int64", 2**63, DEFAULT_SCALE, RuntimeError, r"window must be None or >= 1 and fit int64 .*got 9223372036854775808"),
+    ("window_below_int64", -(2**63) - 1, DEFAULT_SCALE, RuntimeError, r"window must be None or >= 1 and fit int64 .*got -9223372036854775809"),
+    ("scale_tensor", None, torch.tensor(0.1), TypeError, r"scale must be a float, got a Tensor \(the op reads it on the host"),
+    ("scale_str", None, "0.1", TypeError, r"scale must be a float, got a str$"),
+    ("scale_bool", None, True, TypeError, r"scale must be a float, got True \(a bool\)"),
+    ("scale_none", None, None, TypeError, r"scale must be a float, got None$"),
+]
+SCALAR_CASES = [pytest.param(w, s, e, m, id=i) for i, w, s, e, m in BAD_SCALARS]
 
 
-@pytest.mark.parametrize("window", [2.0, "16", [16]])
-def test_wrapper_rejects_a_window_that_is_not_an_int(window):
-    with pytest.raises(TypeError, match=rf"window must be None or an int, got a {type(window).__name__}"):
-        wrapper_call(valid_args("cpu"), window=window)
+def wrapper_step(window, scale):
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        return flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out)
+
+    return step
 
 
-@pytest.mark.parametrize("window", [2**63, 2**100, -(2**63) - 1])
-def test_wrapper_rejects_a_window_past_int64(window):
-    with pytest.raises(RuntimeError, match=rf"window must be None or >= 1 and fit int64 .*got {window}"):
-        wrapper_call(valid_args("cpu"), window=window)
+def op_step(window, scale, overload=False, keywords=False):
+    op = torch.ops.flint.decode_attention.default if overload else torch.ops.flint.decode_attention
+
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        if keywords:
+            return op(q, kv_cache, block_tables, seq_lens, sinks, window=window, scale=scale, out=out)
+        return op(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out)
+
+    return step
 
 
-def test_wrapper_takes_the_largest_int64_window_and_numpy_ints():
-    np = pytest.importorskip("numpy")
+def tensors(args: dict) -> list:
+    return [args[n] for n in ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"]]
+
+
+@pytest.mark.parametrize("window, scale, error, match", SCALAR_CASES)
+def test_wrapper_refuses_a_scalar_of_the_wrong_type(window, scale, error, match):
     args = valid_args("cpu")
-    full = wrapper_call(args).clone()
-    for window in [2**63 - 1, np.int64(10**6), np.int32(30)]:
-        assert torch.equal(wrapper_call(args, window=window), full), window
+    with pytest.raises(error, match=match):
+        wrapper_step(window, scale)(*tensors(args))
+    assert args["out"].isnan().all(), "nothing ran"
+
+
+@pytest.mark.parametrize("form", ["packet", "overload", "keywords"])
+@pytest.mark.parametrize("window, scale, error, match", SCALAR_CASES)
+def test_op_refuses_a_scalar_of_the_wrong_type(window, scale, error, match, form):
+    # The op's own callable checks before torch converts the value for the
+    # schema (ops._with_scalar_checks): a direct call refuses as the wrapper.
+    args = valid_args("cpu")
+    step = op_step(window, scale, overload=form == "overload", keywords=form == "keywords")
+    with pytest.raises(error, match=match):
+        step(*tensors(args))
+    assert args["out"].isnan().all(), "nothing ran"
+
+
+@pytest.mark.parametrize("window, scale, error, match", SCALAR_CASES)
+def test_torch_compile_refuses_a_scalar_as_eager(window, scale, error, match):
+    # Without fullgraph the traced call raises, the frame runs eagerly and
+    # raises the eager error itself; with fullgraph Dynamo reports that error
+    # (an Unsupported "Observed exception" holding it), never an internal error.
+    args = valid_args("cpu")
+    torch._dynamo.reset()
+    with pytest.raises(error, match=match) as raised:
+        torch.compile(wrapper_step(window, scale), backend="eager")(*tensors(args))
+    assert not isinstance(raised.value, torch._dynamo.exc.TorchDynamoException), raised.value
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=r"Observed exception") as raised:
+        torch.compile(wrapper_step(window, scale), fullgraph=True, backend="eager")(*tensors(args))
+    assert re.search(match.removesuffix("$"), str(raised.value)), raised.value
+    assert args["out"].isnan().all(), "nothing ran"
+
+
+@pytest.mark.parametrize("window, scale, error, match", SCALAR_CASES)
+def test_torch_compile_of_the_op_refuses_a_scalar(window, scale, error, match):
+    # A direct call traced: the op's check runs on the traced values (a tensor
+    # is a fake tensor then), and Dynamo reports its error.
+    args = valid_args("cpu")
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.TorchDynamoException) as raised:
+        torch.compile(op_step(window, scale), fullgraph=True, backend="eager")(*tensors(args))
+    assert not isinstance(raised.value, torch._dynamo.exc.InternalTorchDynamoError), raised.value
+    # What the error names is the traced value (a tensor for a numpy number).
+    assert re.search(re.split(r",? got ", match)[0], str(raised.value)), raised.value
+
+
+# Numbers the op takes however they come: an int window (numpy integers too)
+# and a float scale (numpy floats and ints too). (window, scale)
+GOOD_SCALARS = [
+    (2**63 - 1, DEFAULT_SCALE),
+    (np.int64(10**6), DEFAULT_SCALE),
+    (np.int32(30), DEFAULT_SCALE),
+    (np.uint8(30), DEFAULT_SCALE),
+    (np.array(30), DEFAULT_SCALE),
+    (None, np.float32(DEFAULT_SCALE)),
+    (None, np.float64(DEFAULT_SCALE)),
+    (None, np.array(DEFAULT_SCALE)),
+    (None, 1),
+]
+
+
+def same_as_python_numbers(window, scale, run) -> bool:
+    """run(window, scale)'s output equals the op's with window and scale as Python numbers."""
+    args = valid_args("cpu")
+    plain = window if window is None else int(window)
+    expected = wrapper_step(plain, float(scale))(*tensors(args)).clone()
+    args["out"].fill_(math.nan)
+    run(window, scale)(*tensors(args))
+    return torch.equal(args["out"], expected)
+
+
+@pytest.mark.parametrize("window, scale", GOOD_SCALARS, ids=repr)
+def test_numpy_and_python_numbers_work_eagerly(window, scale):
+    assert same_as_python_numbers(window, scale, wrapper_step)
+    assert same_as_python_numbers(window, scale, op_step)
+
+
+@pytest.mark.parametrize("window, scale", GOOD_SCALARS, ids=repr)
+def test_numpy_and_python_numbers_work_compiled(window, scale):
+    # torch.compile traces numpy numbers as tensors: the wrapper then refuses
+    # them in the traced code, and the call runs eagerly, where they convert.
+    torch._dynamo.reset()
+    assert same_as_python_numbers(window, scale, lambda w, s: torch.compile(wrapper_step(w, s)))
+
+
+@pytest.mark.parametrize("name, window, scale", [("window", np.int64(30), DEFAULT_SCALE), ("scale", None, np.float32(0.1))])
+def test_numpy_numbers_with_fullgraph_get_flints_error(name, window, scale):
+    # A compiled graph could pass their values to the op only as
+    # data-dependent ones, which it cannot take.
+    torch._dynamo.reset()
+    compiled = torch.compile(wrapper_step(window, scale), fullgraph=True, backend="eager")
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=rf"under torch.compile, {name} must be a Python \w+, got a numpy \w+ \(traced as a tensor\)"):
+        compiled(*tensors(valid_args("cpu")))
 
 
 @pytest.mark.parametrize("name", ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"])
