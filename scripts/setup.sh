@@ -39,8 +39,9 @@ PY
 for module in numpy pytest ninja wheel; do
   "$PY" -c "import $module" 2>/dev/null || missing+=("$module")
 done
-"$PY" -c 'from importlib.metadata import version; raise SystemExit(int(version("setuptools").split(".")[0]) < 70)' \
-  2>/dev/null || missing+=("setuptools>=70")
+# setuptools 77 reads the license as an SPDX expression (pyproject.toml).
+"$PY" -c 'from importlib.metadata import version; raise SystemExit(int(version("setuptools").split(".")[0]) < 77)' \
+  2>/dev/null || missing+=("setuptools>=77")
 # The transformers integration and its tests (the GPU machine has this version).
 "$PY" -c "import transformers" 2>/dev/null || missing+=("transformers==5.17.0")
 if ((${#missing[@]})); then
