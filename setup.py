@@ -57,9 +57,12 @@ def why_cpu_only() -> str | None:
     return None
 
 
+# torch >= 2.14's headers use C++20 (std::strong_ordering, std::bit_width); older
+# ones build as C++20 too, so one standard serves every supported torch.
+CXX_STD = "-std=c++20"
 nvcc_flags = [
     "-O3",
-    "-std=c++17",
+    CXX_STD,
     "-gencode=arch=compute_90a,code=sm_90a",
     "-lineinfo",
     "--ptxas-options=-v,--warn-on-spills",
@@ -69,7 +72,7 @@ nvcc_flags = [
 # -fopenmp: at::parallel_for is header-only and runs serially without it (the
 # CPU path's threads share torch's own libgomp). -ffp-contract=off: the CPU path
 # mirrors the kernel's rounding; no fma may appear that the source does not write.
-cxx_flags = ["-O3", "-std=c++17", "-DPy_LIMITED_API=0x030a0000", "-fopenmp", "-ffp-contract=off"]
+cxx_flags = ["-O3", CXX_STD, "-DPy_LIMITED_API=0x030a0000", "-fopenmp", "-ffp-contract=off"]
 common = dict(include_dirs=[os.path.join(ROOT, "csrc")], py_limited_api=True)
 
 
@@ -79,6 +82,9 @@ class Build(BuildExtension):
 
     def build_extensions(self):
         self.extensions.sort(key=lambda e: e.name != "flint_attention._C")
+        # One extension at a time (`build_ext -j N` would link _testing before
+        # _C exists); ninja compiles each one's sources in parallel (MAX_JOBS).
+        self.parallel = None
         super().build_extensions()
 
     def build_extension(self, ext):

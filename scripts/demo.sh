@@ -5,5 +5,6 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
+. "$ROOT/scripts/python.sh"  # PY: the Python setup.sh set up
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
-exec "${PYTHON:-python3}" -m flint_attention "$@"
+exec "$PY" -m flint_attention "$@"

@@ -4,10 +4,12 @@
 # it installs nothing that is there and rebuilds only when csrc/ or setup.py
 # changed, or when the build would now get (or lose) the CUDA kernel
 # (FLINT_REBUILD=1 forces a build). Without nvcc, or with FLINT_CPU_ONLY=1, the
-# extension is built without the CUDA kernel: the CPU path only.
+# extension is built without the CUDA kernel: the CPU path only. The Python is
+# $PYTHON (default python3), or this clone's .venv where that one refuses pip
+# install (PEP 668; scripts/python.sh).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-python3}
+. "$ROOT/scripts/python.sh"
 cd "$ROOT"
 
 # CUDA toolkit: the kernel needs nvcc (13.x, torch's CUDA major).
@@ -37,8 +39,9 @@ PY
 for module in numpy pytest ninja wheel; do
   "$PY" -c "import $module" 2>/dev/null || missing+=("$module")
 done
-"$PY" -c 'from importlib.metadata import version; raise SystemExit(int(version("setuptools").split(".")[0]) < 70)' \
-  2>/dev/null || missing+=("setuptools>=70")
+# setuptools 77 reads the license as an SPDX expression (pyproject.toml).
+"$PY" -c 'from importlib.metadata import version; raise SystemExit(int(version("setuptools").split(".")[0]) < 77)' \
+  2>/dev/null || missing+=("setuptools>=77")
 # The transformers integration and its tests (the GPU machine has this version).
 "$PY" -c "import transformers" 2>/dev/null || missing+=("transformers==5.17.0")
 if ((${#missing[@]})); then
@@ -63,10 +66,10 @@ if [[ "${FLINT_REBUILD:-0}" == 1 || -z "$so" || "$installed" != "$ROOT/python/fl
 fi
 
 cd / && "$PY" -c '
-import torch, flint_attention
+import sys, torch, flint_attention
 from flint_attention.ops import HAS_CUDA_KERNEL
 cuda = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-print(f"setup: flint_attention {flint_attention.__version__} from {flint_attention.__file__}, torch {torch.__version__};",
+print(f"setup: {sys.executable}: flint_attention {flint_attention.__version__} from {flint_attention.__file__}, torch {torch.__version__};",
       ("Hopper GPU present" if cuda else "no Hopper GPU: the CPU path only") if HAS_CUDA_KERNEL
       else "built without the CUDA kernel: the CPU path only")
 '

@@ -4,7 +4,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
+. "$ROOT/scripts/python.sh"  # PY: the Python setup.sh set up
 cd "$ROOT"
 # Test this checkout even if another checkout was installed in editable mode since.
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
-exec "${PYTHON:-python3}" -m pytest -q tests "$@"
+exec "$PY" -m pytest -q tests "$@"

@@ -60,6 +60,14 @@ def _hopper_skip_reason() -> str | None:
 
 
 HOPPER_SKIP_REASON = _hopper_skip_reason()
+
+# flint_attention._testing (the test-only ops: explicit launch plans, the plan
+# rules on the host) is built with the CUDA kernel only. In a build with the
+# kernel a failing import is an error, not a skip.
+TESTING_SKIP_REASON = None if HAS_CUDA_KERNEL else (
+    "needs flint_attention._testing, which only a build with the CUDA kernel has (this one was "
+    "built without nvcc or with FLINT_CPU_ONLY=1)"
+)
 needs_hopper = pytest.mark.skipif(HOPPER_SKIP_REASON is not None, reason=str(HOPPER_SKIP_REASON))
 
 DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=needs_hopper)]

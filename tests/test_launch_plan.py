@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import TESTING_SKIP_REASON
 
 from flint_attention.testing import plans
 
-try:
-    plans._ops()
-except (ImportError, OSError) as e:  # a build without the CUDA kernels has no _testing
-    pytest.skip(f"flint_attention._testing unavailable: {e}", allow_module_level=True)
+if TESTING_SKIP_REASON is not None:
+    pytest.skip(TESTING_SKIP_REASON, allow_module_level=True)
 
 BATCHES = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33, 34, 64, 128, 512, 4096, 65535, 65536]
 KV_HEADS = [1, 2, 3, 4, 8, 16, 64]

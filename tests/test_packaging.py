@@ -1,5 +1,6 @@
 """The built extension: it carries sm_90a GPU code (unless it was built without
-the CUDA kernel), and a bare import loads it."""
+the CUDA kernel), and a bare import loads it. The package: its metadata
+(license, authors) and an sdist that carries the license and every source."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import shutil
 import struct
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import flint_attention
 import pytest
 from flint_attention.ops import HAS_CUDA_KERNEL
+
+ROOT = Path(__file__).resolve().parents[1]
 
 needs_cuda_kernel = pytest.mark.skipif(
     not HAS_CUDA_KERNEL, reason="this build of flint has no CUDA kernel (FLINT_CPU_ONLY=1 or no nvcc)"
@@ -142,3 +146,52 @@ def test_shipped_extension_has_no_testing_code():
     dynsym = elf_section(data, ".dynstr")
     assert b"flint_testing" not in data, "flint_testing in the shipped extension"
     assert b"pdl_token_writer" not in dynsym
+
+
+def test_metadata_and_sdist(tmp_path):
+    # setuptools' own build hooks on a copy of the sources: the metadata a
+    # wheel gets and the sdist, without compiling anything.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ["csrc", "python", "setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"]:
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
+        copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("*.so", "*.egg-info", "__pycache__")}
+                                        if (ROOT / name).is_dir() else {}))
+    # Built as a laptop would build it: the sdist must carry the kernels all the same.
+    env = dict(os.environ, FLINT_CPU_ONLY="1")
+
+    def hook(name: str, folder: Path) -> str:
+        """Runs build_meta.<name>(folder) in a fresh process; the name it returns."""
+        folder.mkdir()
+        code = f"from setuptools import build_meta; print('built', build_meta.{name}({str(folder)!r}))"
+        result = subprocess.run([sys.executable, "-c", code], cwd=src, env=env, capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        [built] = [line for line in result.stdout.splitlines() if line.startswith("built ")]
+        return built.split()[1]
+
+    dist_info = hook("prepare_metadata_for_build_wheel", tmp_path / "meta")
+    sdist = hook("build_sdist", tmp_path / "sdist")
+
+    license_text = (ROOT / "LICENSE").read_text()
+    assert license_text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text
+    meta = tmp_path / "meta" / dist_info
+    assert (meta / "licenses" / "LICENSE").read_text() == license_text
+    metadata = (meta / "METADATA").read_text().split("\n\n")[0].splitlines()
+    for line in ["Name: flint-attention", "License-Expression: Apache-2.0", "License-File: LICENSE",
+                 "Author: Flint developers", "Requires-Dist: torch>=2.11", "Requires-Python: >=3.10",
+                 "Classifier: Environment :: GPU :: NVIDIA CUDA"]:
+        assert line in metadata, (line, metadata)
+    [summary] = [m for m in metadata if m.startswith("Summary: ")]
+    assert "bf16 and fp8 caches" in summary, summary
+    assert not [m for m in metadata if m.startswith(("Home-page", "Project-URL"))], "no URL is known: none is given"
+
+    with tarfile.open(tmp_path / "sdist" / sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+        pkg_info = tar.extractfile(f"{sdist.removesuffix('.tar.gz')}/PKG-INFO").read().decode()
+    assert {"LICENSE", "pyproject.toml", "setup.py", "README.md"} <= names
+    assert "License-Expression: Apache-2.0" in pkg_info.splitlines()
+    sources = {str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*") if p.is_file()}
+    assert sources <= names, f"missing from the sdist: {sorted(sources - names)[:10]}"

@@ -7,14 +7,16 @@ window past int64, None or a non-tensor for a tensor (TypeError)."""
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 from conftest import needs_hopper
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from flint_attention import flint_decode_attention
-from flint_attention.testing import DEFAULT_SCALE, make_paged_inputs
+from flint_attention.testing import DEFAULT_SCALE, FP8, make_paged_inputs
 
 NAMES = ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "window", "scale", "out"]
 
@@ -76,6 +78,31 @@ def with_shape(t, *shape):
     return torch.zeros(shape, dtype=t.dtype, device=t.device)
 
 
+def strided_over(t, *strides):
+    """A tensor of t's shape and dtype with these strides over a fresh buffer
+    (elements may coincide)."""
+    size = 1 + sum((n - 1) * s for n, s in zip(t.shape, strides))
+    return torch.zeros(size, dtype=t.dtype, device=t.device).as_strided(t.shape, strides)
+
+
+def out_over_strided_cache(a, offset):
+    """kv_cache the even kv heads of a buffer (a strided view), out a dense
+    view of that buffer from element ``offset``."""
+    kv, out = a["kv_cache"], a["out"]
+    buf = torch.zeros(kv.shape[0], 2 * kv.shape[1], *kv.shape[2:], dtype=kv.dtype, device=kv.device)
+    cache = buf[:, ::2].copy_(kv)
+    return dict(kv_cache=cache, out=buf.view(-1)[offset : offset + out.numel()].view(out.shape))
+
+
+def out_over_strided_q(a):
+    """q every other 128 elements of a buffer (not dense), out a dense view
+    from q's second row on: their elements partly coincide."""
+    q = a["q"]
+    buf = torch.zeros(2 * q.numel(), dtype=q.dtype, device=q.device)
+    q2 = buf.view(*q.shape[:2], 256)[..., :128].copy_(q)
+    return dict(q=q2, out=buf[256 : 256 + q.numel()].view(q.shape))
+
+
 # (id, change to the valid args, regex the message must match)
 BAD_INPUTS = [
     # dtypes
@@ -127,7 +154,13 @@ BAD_INPUTS = [
     ("scale_neg_inf", lambda a: dict(scale=-math.inf), r"scale must be finite and > 0 .*got -inf"),
     ("scale_float_overflow", lambda a: dict(scale=1e39), r"scale \* log2\(e\) finite in float32\), got 1e\+39"),
     # aliasing: every output element is written once while inputs are read
-    ("out_expanded", lambda a: dict(out=a["out"][:1].expand(2, 8, 128)), r"out must not have overlapping rows"),
+    ("out_expanded", lambda a: dict(out=a["out"][:1].expand(2, 8, 128)), r"out must not have overlapping elements .*got shape \[2, 8, 128\] and strides \[0, 128, 1\]"),
+    ("out_rows_overlap", lambda a: dict(out=strided_over(a["out"], 1024, 64, 1)), r"out must not have overlapping elements .*got shape \[2, 8, 128\] and strides \[1024, 64, 1\]"),
+    ("out_batches_overlap", lambda a: dict(out=strided_over(a["out"], 8, 128, 1)), r"out must not have overlapping elements .*strides \[8, 128, 1\]"),
+    ("out_over_strided_kv_cache", lambda a: out_over_strided_cache(a, 0), r"out must not share memory with kv_cache \(their byte ranges in one storage must not meet\), got out over bytes \[0, 4096\) and kv_cache over \[0, "),
+    # between the view's elements: refused too (a range test cannot tell)
+    ("out_in_strided_kv_cache_gap", lambda a: out_over_strided_cache(a, 16 * 256), r"out must not share memory with kv_cache"),
+    ("out_partly_over_strided_q", out_over_strided_q, r"out must not share memory with q \(their byte ranges .*got out over bytes \[512, 4608\) and q over \[0, 7936\)"),
     ("out_is_q", lambda a: dict(out=a["q"]), r"out must not share memory with q"),
     ("out_in_kv_cache", lambda a: dict(out=a["kv_cache"].view(-1)[: 2 * 8 * 128].view(2, 8, 128)), r"out must not share memory with kv_cache"),
     ("out_overlaps_q", lambda a: overlapping(a["q"]), r"out must not share memory with q"),
@@ -181,31 +214,148 @@ def wrapper_call(args: dict, **changes):
     return flint_decode_attention(*(a[n] for n in NAMES))
 
 
-@pytest.mark.parametrize("window", [True, False])
-def test_wrapper_rejects_a_bool_window(window):
-    # The dispatcher takes a bool for an int: True would run as window 1.
-    with pytest.raises(TypeError, match=rf"window must be None or an int, got {window} \(a bool\)"):
-        wrapper_call(valid_args("cpu"), window=window)
+# Window and scale of the wrong type: what the dispatcher would pass on as
+# something else (True as window 1, torch.tensor(8.7) as window 8, a tensor
+# scale read on the host) or cannot carry. (id, window, scale, error, regex)
+BAD_SCALARS = [
+    ("window_true", True, DEFAULT_SCALE, TypeError, r"window must be None or an int, got True \(a bool\)"),
+    ("window_false", False, DEFAULT_SCALE, TypeError, r"window must be None or an int, got False \(a bool\)"),
+    ("window_float", 2.0, DEFAULT_SCALE, TypeError, r"window must be None or an int, got a float$"),
+    ("window_str", "16", DEFAULT_SCALE, TypeError, r"window must be None or an int, got a str$"),
+    ("window_list", [16], DEFAULT_SCALE, TypeError, r"window must be None or an int, got a list$"),
+    ("window_numpy_float", np.float32(8.7), DEFAULT_SCALE, TypeError, r"window must be None or an int, got a numpy float32$"),
+    ("window_numpy_bool", np.bool_(True), DEFAULT_SCALE, TypeError, r"window must be None or an int, got a numpy bool$"),
+    ("window_tensor", torch.tensor(8), DEFAULT_SCALE, TypeError, r"window must be None or an int, got a Tensor \(the op reads it on the host"),
+    ("window_float_tensor", torch.tensor(8.7), DEFAULT_SCALE, TypeError, r"window must be None or an int, got a Tensor"),
+    ("window_past_int64", 2**63, DEFAULT_SCALE, RuntimeError, r"window must be None or >= 1 and fit int64 .*got 9223372036854775808"),
+    ("window_below_int64", -(2**63) - 1, DEFAULT_SCALE, RuntimeError, r"window must be None or >= 1 and fit int64 .*got -9223372036854775809"),
+    ("scale_tensor", None, torch.tensor(0.1), TypeError, r"scale must be a float, got a Tensor \(the op reads it on the host"),
+    ("scale_str", None, "0.1", TypeError, r"scale must be a float, got a str$"),
+    ("scale_bool", None, True, TypeError, r"scale must be a float, got True \(a bool\)"),
+    ("scale_none", None, None, TypeError, r"scale must be a float, got None$"),
+]
+SCALAR_CASES = [pytest.param(w, s, e, m, id=i) for i, w, s, e, m in BAD_SCALARS]
 
 
-@pytest.mark.parametrize("window", [2.0, "16", [16]])
-def test_wrapper_rejects_a_window_that_is_not_an_int(window):
-    with pytest.raises(TypeError, match=rf"window must be None or an int, got a {type(window).__name__}"):
-        wrapper_call(valid_args("cpu"), window=window)
+def wrapper_step(window, scale):
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        return flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out)
+
+    return step
 
 
-@pytest.mark.parametrize("window", [2**63, 2**100, -(2**63) - 1])
-def test_wrapper_rejects_a_window_past_int64(window):
-    with pytest.raises(RuntimeError, match=rf"window must be None or >= 1 and fit int64 .*got {window}"):
-        wrapper_call(valid_args("cpu"), window=window)
+def op_step(window, scale, overload=False, keywords=False):
+    op = torch.ops.flint.decode_attention.default if overload else torch.ops.flint.decode_attention
+
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        if keywords:
+            return op(q, kv_cache, block_tables, seq_lens, sinks, window=window, scale=scale, out=out)
+        return op(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out)
+
+    return step
 
 
-def test_wrapper_takes_the_largest_int64_window_and_numpy_ints():
-    np = pytest.importorskip("numpy")
+def tensors(args: dict) -> list:
+    return [args[n] for n in ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"]]
+
+
+@pytest.mark.parametrize("window, scale, error, match", SCALAR_CASES)
+def test_wrapper_refuses_a_scalar_of_the_wrong_type(window, scale, error, match):
     args = valid_args("cpu")
-    full = wrapper_call(args).clone()
-    for window in [2**63 - 1, np.int64(10**6), np.int32(30)]:
-        assert torch.equal(wrapper_call(args, window=window), full), window
+    with pytest.raises(error, match=match):
+        wrapper_step(window, scale)(*tensors(args))
+    assert args["out"].isnan().all(), "nothing ran"
+
+
+@pytest.mark.parametrize("form", ["packet", "overload", "keywords"])
+@pytest.mark.parametrize("window, scale, error, match", SCALAR_CASES)
+def test_op_refuses_a_scalar_of_the_wrong_type(window, scale, error, match, form):
+    # The op's own callable checks before torch converts the value for the
+    # schema (ops._with_scalar_checks): a direct call refuses as the wrapper.
+    args = valid_args("cpu")
+    step = op_step(window, scale, overload=form == "overload", keywords=form == "keywords")
+    with pytest.raises(error, match=match):
+        step(*tensors(args))
+    assert args["out"].isnan().all(), "nothing ran"
+
+
+@pytest.mark.parametrize("window, scale, error, match", SCALAR_CASES)
+def test_torch_compile_refuses_a_scalar_as_eager(window, scale, error, match):
+    # Without fullgraph the traced call raises, the frame runs eagerly and
+    # raises the eager error itself; with fullgraph Dynamo reports that error
+    # (an Unsupported "Observed exception" holding it), never an internal error.
+    args = valid_args("cpu")
+    torch._dynamo.reset()
+    with pytest.raises(error, match=match) as raised:
+        torch.compile(wrapper_step(window, scale), backend="eager")(*tensors(args))
+    assert not isinstance(raised.value, torch._dynamo.exc.TorchDynamoException), raised.value
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=r"Observed exception") as raised:
+        torch.compile(wrapper_step(window, scale), fullgraph=True, backend="eager")(*tensors(args))
+    assert re.search(match.removesuffix("$"), str(raised.value)), raised.value
+    assert args["out"].isnan().all(), "nothing ran"
+
+
+@pytest.mark.parametrize("window, scale, error, match", SCALAR_CASES)
+def test_torch_compile_of_the_op_refuses_a_scalar(window, scale, error, match):
+    # A direct call traced: the op's check runs on the traced values (a tensor
+    # is a fake tensor then), and Dynamo reports its error.
+    args = valid_args("cpu")
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.TorchDynamoException) as raised:
+        torch.compile(op_step(window, scale), fullgraph=True, backend="eager")(*tensors(args))
+    assert not isinstance(raised.value, torch._dynamo.exc.InternalTorchDynamoError), raised.value
+    # What the error names is the traced value (a tensor for a numpy number).
+    assert re.search(re.split(r",? got ", match)[0], str(raised.value)), raised.value
+
+
+# Numbers the op takes however they come: an int window (numpy integers too)
+# and a float scale (numpy floats and ints too). (window, scale)
+GOOD_SCALARS = [
+    (2**63 - 1, DEFAULT_SCALE),
+    (np.int64(10**6), DEFAULT_SCALE),
+    (np.int32(30), DEFAULT_SCALE),
+    (np.uint8(30), DEFAULT_SCALE),
+    (np.array(30), DEFAULT_SCALE),
+    (None, np.float32(DEFAULT_SCALE)),
+    (None, np.float64(DEFAULT_SCALE)),
+    (None, np.array(DEFAULT_SCALE)),
+    (None, 1),
+]
+
+
+def same_as_python_numbers(window, scale, run) -> bool:
+    """run(window, scale)'s output equals the op's with window and scale as Python numbers."""
+    args = valid_args("cpu")
+    plain = window if window is None else int(window)
+    expected = wrapper_step(plain, float(scale))(*tensors(args)).clone()
+    args["out"].fill_(math.nan)
+    run(window, scale)(*tensors(args))
+    return torch.equal(args["out"], expected)
+
+
+@pytest.mark.parametrize("window, scale", GOOD_SCALARS, ids=repr)
+def test_numpy_and_python_numbers_work_eagerly(window, scale):
+    assert same_as_python_numbers(window, scale, wrapper_step)
+    assert same_as_python_numbers(window, scale, op_step)
+
+
+@pytest.mark.parametrize("window, scale", GOOD_SCALARS, ids=repr)
+def test_numpy_and_python_numbers_work_compiled(window, scale):
+    # torch.compile traces numpy numbers as tensors: the wrapper then refuses
+    # them in the traced code, and the call runs eagerly, where they convert.
+    torch._dynamo.reset()
+    assert same_as_python_numbers(window, scale, lambda w, s: torch.compile(wrapper_step(w, s)))
+
+
+@pytest.mark.parametrize("name, window, scale", [("window", np.int64(30), DEFAULT_SCALE), ("scale", None, np.float32(0.1))])
+def test_numpy_numbers_with_fullgraph_get_flints_error(name, window, scale):
+    # A compiled graph could pass their values to the op only as
+    # data-dependent ones, which it cannot take.
+    torch._dynamo.reset()
+    compiled = torch.compile(wrapper_step(window, scale), fullgraph=True, backend="eager")
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=rf"under torch.compile, {name} must be a Python \w+, got a numpy \w+ \(traced as a tensor\)"):
+        compiled(*tensors(valid_args("cpu")))
 
 
 @pytest.mark.parametrize("name", ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"])
@@ -273,3 +423,62 @@ def test_zero_width_block_table_with_empty_requests(device):
     assert inp.block_tables.shape == (3, 0)
     flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, None, 0.1, inp.out)
     assert torch.equal(inp.out, torch.zeros_like(inp.out))
+
+
+ALIASING = [pytest.param(c, m, id=i) for i, c, m in BAD_INPUTS
+            if "overlapping elements" in m or "share memory" in m]
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("change, match", ALIASING)
+def test_torch_compile_refuses_aliasing(change, match, dynamic):
+    args = valid_args("cpu")
+    args.update(change(args))
+
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
+        return flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.1, out)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, dynamic=dynamic)
+    what = match.split(" .*")[0].split(r" \(")[0]  # shapes print as symbols when dynamic
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=what):
+        compiled(*(args[n] for n in ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"]))
+
+
+def fp8_args() -> dict:
+    inp = make_paged_inputs(2, [5, 20], 1, None, "cpu", poison=False, kv_dtype=FP8, k_scale=[0.01], v_scale=0.02)
+    return dict(valid_args("cpu"), kv_cache=inp.kv_cache, k_scale=inp.k_scale, v_scale=inp.v_scale)
+
+
+def in_one_buffer(args: dict, name: str, gap: int) -> dict:
+    """args with ``name`` and then out in one byte buffer: ``name`` ends at a
+    16-byte boundary, out starts ``gap`` bytes past it (negative: they overlap)."""
+    t, out = args[name], args["out"]
+    t_bytes, out_bytes = t.numel() * t.element_size(), out.numel() * out.element_size()
+    end = 4096 + -(-t_bytes // 16) * 16
+    buf = torch.zeros(end + out_bytes, dtype=torch.uint8)
+    moved = buf[end - t_bytes : end].view(t.dtype).view(t.shape).copy_(t)
+    return dict(args, **{name: moved, "out": buf[end + gap : end + gap + out_bytes].view(out.dtype).view(out.shape)})
+
+
+INPUT_NAMES = ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "k_scale", "v_scale"]
+
+
+@pytest.mark.parametrize("fake", [False, True], ids=["eager", "fake"])
+@pytest.mark.parametrize("name", INPUT_NAMES)
+def test_out_may_follow_an_input_in_one_storage_but_not_overlap_it(name, fake):
+    # The byte ranges in one storage: out right after the input is fine; out
+    # starting 16 bytes before the input's end is refused, whatever the dtypes.
+    args = fp8_args()
+    touching, overlapping = in_one_buffer(args, name, 0), in_one_buffer(args, name, -16)
+
+    def run(a):
+        if not fake:
+            return flint_decode_attention(*(a[n] for n in NAMES), k_scale=a["k_scale"], v_scale=a["v_scale"])
+        with FakeTensorMode() as mode:
+            f = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in a.items()}
+            return flint_decode_attention(*(f[n] for n in NAMES), k_scale=f["k_scale"], v_scale=f["v_scale"])
+
+    run(touching)
+    with pytest.raises(RuntimeError, match=rf"out must not share memory with {name} \(their byte ranges"):
+        run(overlapping)

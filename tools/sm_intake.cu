@@ -5,7 +5,7 @@
 // reserves 200 KB of shared memory), on 64 and on all SMs, each CTA reading
 // its own 16 MB (L2 cold). On an H200 the kernel's 8 KB copies take in ~50
 // GB/s per SM; this says whether another kind takes in more.
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc \
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Icsrc \
 //     tools/sm_intake.cu -o /tmp/sm_intake && /tmp/sm_intake
 #include <cuda_runtime.h>
 

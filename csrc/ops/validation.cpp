@@ -1,5 +1,6 @@
 #include "ops/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -82,27 +83,83 @@ std::string where(const at::Tensor& t) {
   return c10::str("data pointer ", t.data_ptr());
 }
 
-// Would writing `out` race with itself: a dim of size > 1 with stride 0 (the
-// case at::has_internal_overlap calls certain).
-bool has_repeated_elements(const at::Tensor& t) {
+// A tensor and a name, for the checks that pair tensors up.
+struct Named {
+  const at::Tensor* tensor;
+  const char* name;
+};
+
+// Whether two elements of `t` may be one: false only where that is ruled out
+// from sizes and strides alone. Its dims of more than one element, by
+// increasing stride, must each have a stride beyond the largest offset the
+// dims before them reach (sum of (size - 1) * stride); then every element has
+// its own offset. Any rank; SymInts, so that it runs on fake tensors too.
+bool may_overlap_itself(const at::Tensor& t) {
+  if (t.sym_numel() <= 1) return false;
+  std::vector<std::pair<c10::SymInt, c10::SymInt>> dims;  // (stride, size)
   for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.sym_size(d) > 1 && t.sym_stride(d) == 0) return true;
+    if (t.sym_size(d) > 1) dims.emplace_back(t.sym_stride(d), t.sym_size(d));
+  }
+  std::sort(dims.begin(), dims.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  c10::SymInt reach = 0;
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return true;
+    reach = reach + (size - 1) * stride;
   }
   return false;
 }
 
-// at::get_overlap_status's verdict (Full or Partial), from storage offsets
-// rather than data pointers so that it holds for meta and fake tensors too:
-// the same tensor, or two dense tensors of one storage whose byte ranges meet.
-bool shares_memory(const at::Tensor& a, const at::Tensor& b) {
-  if (a.is_same(b)) return true;
-  if (a.sym_numel() == 0 || b.sym_numel() == 0) return false;
-  if (!a.is_non_overlapping_and_dense() || !b.is_non_overlapping_and_dense()) return false;
-  const c10::Storage& sa = a.unsafeGetTensorImpl()->unsafe_storage();
-  if (!sa || !sa.is_alias_of(b.unsafeGetTensorImpl()->unsafe_storage())) return false;
-  const int64_t ia = static_cast<int64_t>(a.itemsize()), ib = static_cast<int64_t>(b.itemsize());
-  const c10::SymInt a_begin = a.sym_storage_offset() * ia, b_begin = b.sym_storage_offset() * ib;
-  return a_begin < b_begin + b.sym_numel() * ib && b_begin < a_begin + a.sym_numel() * ia;
+// The bytes of its storage that a non-empty tensor's elements lie in:
+// [begin, end), from its storage offset to one element past its last (torch
+// strides are >= 0). Gaps between elements count as covered.
+std::pair<c10::SymInt, c10::SymInt> byte_span(const at::Tensor& t) {
+  c10::SymInt last = t.sym_storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) last = last + (t.sym_size(d) - 1) * t.sym_stride(d);
+  const int64_t item = static_cast<int64_t>(t.itemsize());
+  return {t.sym_storage_offset() * item, (last + 1) * item};
+}
+
+std::string byte_range(const at::Tensor& t) {
+  const auto [begin, end] = byte_span(t);
+  return c10::str("[", begin, ", ", end, ")");
+}
+
+// Whether writing `out` may change what `t` reads (or another output): they
+// are views of one storage whose byte spans meet, whatever their strides
+// (interleaved views that never touch are refused too: ruling that out takes
+// more than a range test). Storage offsets rather than data pointers, so that
+// it holds for meta and fake tensors; different storages cost no guard.
+bool may_share_memory(const at::Tensor& out, const at::Tensor& t) {
+  const c10::Storage& so = out.unsafeGetTensorImpl()->unsafe_storage();
+  if (!so || !so.is_alias_of(t.unsafeGetTensorImpl()->unsafe_storage())) return false;
+  if (out.sym_numel() == 0 || t.sym_numel() == 0) return false;
+  const auto [out_begin, out_end] = byte_span(out);
+  const auto [t_begin, t_end] = byte_span(t);
+  return out_begin < t_end && t_begin < out_end;
+}
+
+// Each output element is written by one thread while the inputs are read: an
+// output's elements must be distinct, and no output may share bytes with an
+// input or with another output.
+void check_no_aliasing(const std::vector<Named>& outputs, const std::vector<Named>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto [out, out_name] = outputs[i];
+    TORCH_CHECK(!may_overlap_itself(*out), "flint.decode_attention: ", out_name,
+                " must not have overlapping elements (its strides, in increasing order, must "
+                "each exceed the largest offset the dims with smaller strides reach; an expanded "
+                "tensor's stride 0 does not), got shape ", out->sym_sizes(), " and strides ",
+                out->sym_strides());
+    const auto check_apart = [&](const Named& other) {
+      const auto [t, name] = other;
+      TORCH_CHECK(!may_share_memory(*out, *t), "flint.decode_attention: ", out_name,
+                  " must not share memory with ", name, " (their byte ranges in one storage "
+                  "must not meet), got ", out_name, " over bytes ", byte_range(*out), " and ",
+                  name, " over ", byte_range(*t));
+    };
+    for (size_t j = i + 1; j < outputs.size(); ++j) check_apart(outputs[j]);
+    for (const Named& input : inputs) check_apart(input);
+  }
 }
 
 // q and out: the kernel reads / writes each head's 128 dims as 16-byte vectors.
@@ -186,27 +243,18 @@ void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache
   const bool fp8 = kv_cache.scalar_type() == at::kFloat8_e4m3fn;
   check_scale(k_scale, "k_scale", fp8, num_kv_heads, device);
   check_scale(v_scale, "v_scale", fp8, num_kv_heads, device);
-  const std::pair<const at::Tensor*, const char*> others[] = {
-      {&kv_cache, "kv_cache"}, {&block_tables, "block_tables"}, {&seq_lens, "seq_lens"},
-      {&sinks, "sinks"},       {&out, "out"}};
+  const Named others[] = {{&kv_cache, "kv_cache"}, {&block_tables, "block_tables"},
+                          {&seq_lens, "seq_lens"}, {&sinks, "sinks"}, {&out, "out"}};
   for (const auto& [t, name] : others) {
     TORCH_CHECK(t->device() == device, "flint.decode_attention: all tensors must be on one "
                 "device; q is on ", device, " but ", name, " is on ", t->device());
   }
 
-  // Every output element is written by one thread, and the inputs are read
-  // while outputs are written: overlapping rows or aliasing would race.
-  TORCH_CHECK(!has_repeated_elements(out), "flint.decode_attention: out must not have "
-              "overlapping rows (e.g. an expanded tensor), got strides ", out.sym_strides());
-  std::vector<std::pair<const at::Tensor*, const char*>> inputs = {
-      {&q, "q"}, {&kv_cache, "kv_cache"}, {&block_tables, "block_tables"},
-      {&seq_lens, "seq_lens"}, {&sinks, "sinks"}};
-  if (k_scale) inputs.emplace_back(&*k_scale, "k_scale");
-  if (v_scale) inputs.emplace_back(&*v_scale, "v_scale");
-  for (const auto& [t, name] : inputs) {
-    TORCH_CHECK(!shares_memory(out, *t), "flint.decode_attention: out must not share memory "
-                "with ", name);
-  }
+  std::vector<Named> inputs = {{&q, "q"}, {&kv_cache, "kv_cache"}, {&block_tables, "block_tables"},
+                               {&seq_lens, "seq_lens"}, {&sinks, "sinks"}};
+  if (k_scale) inputs.push_back({&*k_scale, "k_scale"});
+  if (v_scale) inputs.push_back({&*v_scale, "v_scale"});
+  check_no_aliasing({{&out, "out"}}, inputs);
 
   // The kernels index with int32 (DecodeParams).
   TORCH_CHECK(batch * num_kv_heads <= INT32_MAX, "flint.decode_attention: batch x num_kv_heads "

@@ -11,7 +11,6 @@ direct ``torch.ops`` call under FakeTensorMode skips it; the real call makes it)
 from __future__ import annotations
 
 import inspect
-import operator
 
 import torch
 
@@ -27,10 +26,94 @@ HAS_CUDA_KERNEL = bool(_C.HAS_CUDA_KERNEL)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _Tensor = torch.Tensor
+try:
+    import numpy
+
+    _NUMPY_TYPES: tuple[type, ...] = (numpy.generic, numpy.ndarray)
+except ImportError:  # then no numpy value can reach the op
+    _NUMPY_TYPES = ()
+
+# Why window and scale must not be tensors: the dispatcher would take one for
+# `int? window` or `float scale` and read its value on the host (int(t) or
+# float(t): a 8.7 window runs as 8, a CUDA tensor costs a sync, and a captured
+# graph keeps the value read at capture).
+_NOT_A_TENSOR = "the op reads it on the host: pass a Python number, e.g. int(t) or float(t)"
+
+
+def _numpy_dtype(x) -> torch.dtype | None:
+    """The dtype of a numpy scalar or 0-d array as torch's, else None. Read
+    through torch.as_tensor: torch.compile traces numpy values as tensors (a
+    numpy scalar is a 0-d array there, whose .dtype it cannot read)."""
+    if not isinstance(x, _NUMPY_TYPES) or x.ndim != 0:
+        return None
+    return torch.as_tensor(x).dtype
+
+
+def _from_numpy(x, dtype: torch.dtype, to: type, name: str):
+    """A numpy number as a Python one. Not under torch.compile: it traces
+    numpy numbers as tensors, whose value a compiled graph can only pass to
+    the op as a data-dependent one, which the op cannot take. The TypeError
+    there makes torch.compile run the call eagerly (fullgraph=False), where
+    the number converts; with fullgraph=True it is the error Dynamo reports."""
+    if torch.compiler.is_compiling():
+        raise TypeError(
+            f"flint.decode_attention: under torch.compile, {name} must be a Python {to.__name__}, got "
+            f"a numpy {_dtype_name(dtype)} (traced as a tensor): convert it before the compiled region"
+        )
+    return to(x)
 
 
 def _what(x) -> str:
-    return "None" if x is None else f"a {type(x).__name__}"
+    """What x is, for an error message: numpy numbers by their dtype (under
+    torch.compile their type is an array's)."""
+    if x is None:
+        return "None"
+    dtype = _numpy_dtype(x)
+    return f"a numpy {_dtype_name(dtype)}" if dtype is not None else f"a {type(x).__name__}"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _window_arg(window):
+    """The window as the op takes it: None, an int that fits int64 (numpy
+    integers become ints) or a SymInt (torch.compile). Refuses what the
+    dispatcher would pass on as something else: a bool (as 1 or 0), a float
+    or a tensor (truncated), and what it cannot carry (past int64)."""
+    if window is None or isinstance(window, torch.SymInt):
+        return window
+    if isinstance(window, torch.Tensor):
+        raise TypeError(f"flint.decode_attention: window must be None or an int, got a Tensor ({_NOT_A_TENSOR})")
+    if isinstance(window, bool):
+        raise TypeError(f"flint.decode_attention: window must be None or an int, got {window} (a bool)")
+    dtype = _numpy_dtype(window)
+    if dtype is not None and dtype != torch.bool and not dtype.is_floating_point and not dtype.is_complex:
+        window = _from_numpy(window, dtype, int, "window")
+    elif not isinstance(window, int):
+        raise TypeError(f"flint.decode_attention: window must be None or an int, got {_what(window)}")
+    if not _INT64_MIN <= window <= _INT64_MAX:
+        raise RuntimeError(
+            "flint.decode_attention: window must be None or >= 1 and fit int64 (<= 2**63 - 1; any "
+            f"window >= seq_len attends to every position), got {window}"
+        )
+    return window
+
+
+def _scale_arg(scale):
+    """The scale as the op takes it: a float or an int (numpy numbers become
+    floats), or a SymFloat / SymInt (torch.compile). Refuses a tensor (read
+    on the host), a bool, and anything else that is not a real number."""
+    if isinstance(scale, torch.Tensor):
+        raise TypeError(f"flint.decode_attention: scale must be a float, got a Tensor ({_NOT_A_TENSOR})")
+    if isinstance(scale, bool):
+        raise TypeError(f"flint.decode_attention: scale must be a float, got {scale} (a bool)")
+    dtype = _numpy_dtype(scale)
+    if dtype is not None and dtype != torch.bool and not dtype.is_complex:
+        return _from_numpy(scale, dtype, float, "scale")
+    if not isinstance(scale, (float, int, torch.SymFloat, torch.SymInt)):
+        raise TypeError(f"flint.decode_attention: scale must be a float, got {_what(scale)}")
+    return scale
 
 
 def _check_tensors(tensors: dict) -> None:
@@ -50,26 +133,6 @@ def _check_tensors(tensors: dict) -> None:
                 f"flint.decode_attention: all tensors must be on one device; q is on {device} but "
                 f"{name} is on {t.device}"
             )
-
-
-def _check_window(window):
-    """A window the dispatcher would take otherwise (a bool as 1 or 0) or not
-    at all (past int64); returns it as an int (numpy integers included)."""
-    if isinstance(window, torch.SymInt):
-        return window
-    if isinstance(window, bool):
-        raise TypeError(f"flint.decode_attention: window must be None or an int, got {window} (a bool)")
-    if not isinstance(window, int):
-        try:
-            window = operator.index(window)
-        except TypeError:
-            raise TypeError(f"flint.decode_attention: window must be None or an int, got {_what(window)}") from None
-    if not _INT64_MIN <= window <= _INT64_MAX:
-        raise RuntimeError(
-            "flint.decode_attention: window must be None or >= 1 and fit int64 (<= 2**63 - 1; any "
-            f"window >= seq_len attends to every position), got {window}"
-        )
-    return window
 
 
 def flint_decode_attention(
@@ -129,9 +192,13 @@ def flint_decode_attention(
             before the previous kernel on the stream has finished: that kernel
             must not write them (see the README; ``FLINT_PDL=0`` turns it off).
         sinks: [num_heads] fp32 sink logits.
-        window: attend to the last ``window`` positions (an int >= 1; not a
-            bool), or None for all.
-        scale: softmax scale, finite and > 0 (usually 128 ** -0.5).
+        window: attend to the last ``window`` positions (an int >= 1, a
+            numpy integer too; not a bool, a float or a tensor), or None for all.
+        scale: softmax scale, finite and > 0 (usually 128 ** -0.5): a float or
+            an int, a numpy number too; not a tensor. Under torch.compile a
+            numpy window or scale makes the call run eagerly (with
+            fullgraph=True it is an error): torch.compile traces numpy numbers
+            as tensors.
         out: [B, num_heads, 128] bf16 output, written in place.
         k_scale, v_scale: with an fp8 cache only (and then both required):
             fp32 tensors of shape [1] (per tensor) or [num_kv_heads] on the
@@ -143,34 +210,80 @@ def flint_decode_attention(
         ``out``.
     """
     # The checks the dispatcher cannot make, at the cost of a few type tests
-    # for plain tensors and an int window (C++ checks their devices); all of
-    # them for anything else, fake tensors and torch.compile's tracing included.
+    # for plain tensors (C++ checks their devices); all of them for anything
+    # else, fake tensors and torch.compile's tracing included. Window and
+    # scale: the op's own checks (_with_scalar_checks) when eager; under
+    # torch.compile here, in the traced code, so that numpy numbers become
+    # Python ones before tracing makes them tensors, and a wrong type fails
+    # as it does eagerly rather than while the graph runs on fake tensors.
+    compiling = torch.compiler.is_compiling()
     if (
-        type(q) is not _Tensor or type(kv_cache) is not _Tensor or type(block_tables) is not _Tensor
+        compiling
+        or type(q) is not _Tensor or type(kv_cache) is not _Tensor or type(block_tables) is not _Tensor
         or type(seq_lens) is not _Tensor or type(sinks) is not _Tensor or type(out) is not _Tensor
         or (k_scale is not None and type(k_scale) is not _Tensor)
         or (v_scale is not None and type(v_scale) is not _Tensor)
-        or torch.compiler.is_compiling()
     ):
         _check_tensors(dict(q=q, kv_cache=kv_cache, block_tables=block_tables, seq_lens=seq_lens,
                             sinks=sinks, out=out, k_scale=k_scale, v_scale=v_scale))
-    if window is not None and (type(window) is not int or not _INT64_MIN <= window <= _INT64_MAX):
-        window = _check_window(window)
+    if compiling:
+        window, scale = _window_arg(window), _scale_arg(scale)
     torch.ops.flint.decode_attention(
         q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale
     )
     return out
 
 
+def _with_scalar_checks(op):
+    """``op``, the C++ callable behind torch.ops.flint.decode_attention (or
+    its .default), behind the wrapper's checks of window and scale.
+
+    Python values reach the dispatcher through torch's conversion to the
+    schema's types (``toIValue``), which takes whatever converts: for ``int?
+    window`` a bool, a float numpy scalar or a tensor, through ``__index__``
+    or ``__int__`` (``torch.tensor(8.7)`` runs as window 8); for ``float
+    scale`` a tensor, through ``__float__``. By the time any kernel runs, C++
+    or Python, the value is a plain number, so the check has to come before
+    that conversion: here, in the callable that ``OpOverloadPacket.__call__``
+    and ``OpOverload.__call__`` invoke (their ``_op``), so a direct call, the
+    wrapper's call and the calls of a compiled graph or of FakeTensor all pass
+    it. A call made through the C++ dispatcher (``redispatch``, C++ callers)
+    gets no such conversion: it passes plain numbers already."""
+
+    def decode_attention(*args, **kwargs):
+        # The common case first: an int (or no) window and a float scale.
+        if not (
+            len(args) > 6 and type(args[6]) is float
+            and (args[5] is None or type(args[5]) is int and _INT64_MIN <= args[5] <= _INT64_MAX)
+        ):
+            args, kwargs = list(args), dict(kwargs)
+            for i, name, check in ((5, "window", _window_arg), (6, "scale", _scale_arg)):
+                if i < len(args):
+                    args[i] = check(args[i])
+                elif name in kwargs:
+                    kwargs[name] = check(kwargs[name])
+        return op(*args, **kwargs)
+
+    return decode_attention
+
+
+# Both: calling the packet (torch.ops.flint.decode_attention(...)) goes to its
+# own C++ callable, not through .default.
+_PACKET = torch.ops.flint.decode_attention
+_PACKET._op = _with_scalar_checks(_PACKET._op)
+_PACKET.default._op = _with_scalar_checks(_PACKET.default._op)
+
 # help(torch.ops.flint.decode_attention) and its __doc__: the wrapper's
 # documentation, after what differs for a direct call.
 _OP_DOC = f"""{torch.ops.flint.decode_attention.default._schema}
 
 The operator behind ``flint_attention.flint_decode_attention``, which calls it
-and returns ``out``; called directly it returns None. The wrapper also rejects
-what the dispatcher passes on as an int (``window=True`` runs as window 1
-here) or cannot carry (a window past int64), and under FakeTensorMode checks
-the tensors' devices.
+and returns ``out``; called directly it returns None. Both refuse a window or
+scale of the wrong type (a bool, a float window, a tensor: the dispatcher would
+read its value on the host) and take numpy numbers, except under
+torch.compile, which traces them as tensors (pass Python numbers there; the
+wrapper makes such a call run eagerly). The wrapper also checks, under
+FakeTensorMode, that all tensors are on one device.
 
 {inspect.cleandoc(flint_decode_attention.__doc__)}
 """
