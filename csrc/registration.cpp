@@ -7,12 +7,12 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(flint, m) {
-  // The CUDA kernel writes into `out`; the Python wrapper returns it. k_scale and
-  // v_scale go with an fp8 (e4m3) cache only.
+  // The op writes `out` (and `lse` when given); the Python wrapper returns
+  // out. k_scale and v_scale go with an fp8 (e4m3) cache only.
   m.def(
       "decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, "
-      "Tensor sinks, int? window, float scale, Tensor(a!) out, Tensor? k_scale=None, "
-      "Tensor? v_scale=None) -> ()");
+      "Tensor? sinks, int? window, float scale, Tensor(a!) out, Tensor? k_scale=None, "
+      "Tensor? v_scale=None, Tensor(b!)? lse=None) -> ()");
 }
 
 // setup.py defines FLINT_CPU_ONLY when it builds without the CUDA kernel.

@@ -19,8 +19,8 @@ OP = "flint::decode_attention"
 def test_schema():
     assert str(torch.ops.flint.decode_attention.default._schema) == (
         "flint::decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, "
-        "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out, "
-        "Tensor? k_scale=None, Tensor? v_scale=None) -> ()"
+        "Tensor seq_lens, Tensor? sinks, int? window, float scale, Tensor(a!) out, "
+        "Tensor? k_scale=None, Tensor? v_scale=None, Tensor(b!)? lse=None) -> ()"
     )
 
 
@@ -37,9 +37,9 @@ def test_fake_is_the_cpp_meta_kernel():
 def test_op_docstring():
     doc = torch.ops.flint.decode_attention.__doc__
     assert doc.startswith(str(torch.ops.flint.decode_attention.default._schema))
-    assert "Paged decode attention with sinks" in doc and "Non-finite" in doc
+    assert "Paged decode attention with optional sinks" in doc and "Non-finite" in doc
     assert torch.ops.flint.decode_attention.default.__doc__ == doc
-    assert "Paged decode attention with sinks" in pydoc.render_doc(torch.ops.flint.decode_attention)
+    assert "Paged decode attention with optional sinks" in pydoc.render_doc(torch.ops.flint.decode_attention)
 
 
 def sample_inputs(device):

@@ -36,7 +36,8 @@ def valid_args(device) -> dict:
 
 
 def call(args: dict):
-    return torch.ops.flint.decode_attention(*(args[n] for n in NAMES))
+    extra = {"lse": args["lse"]} if "lse" in args else {}
+    return torch.ops.flint.decode_attention(*(args[n] for n in NAMES), **extra)
 
 
 # Layout helpers: a tensor with t's values but a different memory layout.
@@ -113,23 +114,34 @@ BAD_INPUTS = [
     ("sinks_dtype", lambda a: dict(sinks=a["sinks"].bfloat16()), r"sinks must be Float, got BFloat16"),
     ("out_dtype", lambda a: dict(out=a["out"].float()), r"out must be BFloat16, got Float"),
     # ranks
-    ("q_rank", lambda a: dict(q=a["q"][0]), r"q must be \[batch, num_heads, 128\] \(3-D\), got a 2-D"),
+    ("q_rank", lambda a: dict(q=a["q"][0]), r"q must be \[batch, num_heads, head_dim\] \(one query token per request\) or \[batch, q_tokens, num_heads, head_dim\], got a 2-D"),
+    ("q_rank_5", lambda a: dict(q=a["q"][None, None]), r"q must be \[batch, num_heads, head_dim\] .* got a 5-D"),
     ("kv_cache_rank", lambda a: dict(kv_cache=a["kv_cache"][0]), r"kv_cache must be \[num_blocks, .*\(4-D\), got a 3-D"),
     ("block_tables_rank", lambda a: dict(block_tables=a["block_tables"][0]), r"block_tables must be .*\(2-D\), got a 1-D"),
     ("seq_lens_rank", lambda a: dict(seq_lens=a["seq_lens"][None]), r"seq_lens must be \[batch\] \(1-D\), got a 2-D"),
     ("sinks_rank", lambda a: dict(sinks=a["sinks"][None]), r"sinks must be \[num_heads\] \(1-D\), got a 2-D"),
-    ("out_rank", lambda a: dict(out=a["out"][0]), r"out must be .*\(3-D\), got a 2-D"),
+    ("out_rank", lambda a: dict(out=a["out"][0]), r"out must have the shape of q \[2, 8, 128\], got \[8, 128\]"),
     # shapes
-    ("head_dim", lambda a: dict(q=with_shape(a["q"], 2, 8, 64), out=with_shape(a["out"], 2, 8, 64)), r"q must have head_dim 128"),
-    ("num_heads", lambda a: dict(q=with_shape(a["q"], 2, 16, 128), out=with_shape(a["out"], 2, 16, 128)), r"q must have num_heads == 8 \* num_kv_heads"),
+    ("head_dim", lambda a: dict(q=with_shape(a["q"], 2, 8, 96), out=with_shape(a["out"], 2, 8, 96)), r"q must have head_dim 64, 128 or 256 \(its last dim\), got shape \[2, 8, 96\]"),
+    ("head_dim_vs_cache", lambda a: dict(q=with_shape(a["q"], 2, 8, 64), out=with_shape(a["out"], 2, 8, 64)), r"kv_cache must be \[num_blocks, num_kv_heads, 16, 2 \* head_dim\] = \[num_blocks, num_kv_heads, 16, 128\]"),
+    ("group_17", lambda a: dict(q=with_shape(a["q"], 2, 17, 128), out=with_shape(a["out"], 2, 17, 128)), r"q's num_heads must be group x num_kv_heads with a group \(query heads per kv head\) of 1 to 16, got num_heads 17 with num_kv_heads 1"),
+    ("heads_do_not_divide", lambda a: dict(q=with_shape(a["q"], 2, 9, 128), out=with_shape(a["out"], 2, 9, 128), kv_cache=with_shape(a["kv_cache"], 4, 2, 16, 256)), r"num_heads must be group x num_kv_heads .*got num_heads 9 with num_kv_heads 2"),
+    ("fewer_heads_than_kv", lambda a: dict(q=with_shape(a["q"], 2, 1, 128), out=with_shape(a["out"], 2, 1, 128), kv_cache=with_shape(a["kv_cache"], 4, 2, 16, 256)), r"num_heads must be group x num_kv_heads .*got num_heads 1 with num_kv_heads 2"),
+    ("q_tokens_9", lambda a: dict(q=with_shape(a["q"], 2, 9, 8, 128), out=with_shape(a["out"], 2, 9, 8, 128)), r"q must have 1 to 8 query tokens per request .*got shape \[2, 9, 8, 128\]"),
+    ("q_tokens_0", lambda a: dict(q=with_shape(a["q"], 2, 0, 8, 128), out=with_shape(a["out"], 2, 0, 8, 128)), r"q must have 1 to 8 query tokens per request"),
     ("no_kv_heads", lambda a: dict(kv_cache=with_shape(a["kv_cache"], 4, 0, 16, 256)), r"kv_cache must have at least one kv head"),
-    ("page_size", lambda a: dict(kv_cache=with_shape(a["kv_cache"], 4, 1, 8, 256)), r"kv_cache must be \[num_blocks, num_kv_heads, 16, 256\]"),
-    ("cache_last_dim", lambda a: dict(kv_cache=with_shape(a["kv_cache"], 4, 1, 16, 128)), r"kv_cache must be \[num_blocks, num_kv_heads, 16, 256\]"),
+    ("page_size", lambda a: dict(kv_cache=with_shape(a["kv_cache"], 4, 1, 8, 256)), r"kv_cache must be \[num_blocks, num_kv_heads, 16, 2 \* head_dim\] = \[num_blocks, num_kv_heads, 16, 256\]"),
+    ("cache_last_dim", lambda a: dict(kv_cache=with_shape(a["kv_cache"], 4, 1, 16, 128)), r"kv_cache must be \[num_blocks, num_kv_heads, 16, 2 \* head_dim\] = \[num_blocks, num_kv_heads, 16, 256\]"),
     ("out_batch", lambda a: dict(out=with_shape(a["out"], 3, 8, 128)), r"out must have the shape of q"),
     ("out_heads", lambda a: dict(out=with_shape(a["out"], 2, 16, 128)), r"out must have the shape of q"),
     ("block_tables_batch", lambda a: dict(block_tables=a["block_tables"][:1]), r"block_tables must have 2 rows"),
     ("seq_lens_batch", lambda a: dict(seq_lens=a["seq_lens"][:1]), r"seq_lens must have 2 entries"),
-    ("sinks_shape", lambda a: dict(sinks=a["sinks"][:4]), r"sinks must have num_heads = 8 entries"),
+    ("sinks_shape", lambda a: dict(sinks=a["sinks"][:4]), r"sinks must have num_heads = 8 entries \(one logit per query head\), got shape \[4\]"),
+    ("lse_dtype", lambda a: dict(lse=torch.zeros(2, 8, dtype=torch.bfloat16, device=a["q"].device)), r"lse must be Float, got BFloat16"),
+    ("lse_shape", lambda a: dict(lse=torch.zeros(2, 8, 128, device=a["q"].device)), r"lse must have the shape of q without its last dim, \[2, 8\], got \[2, 8, 128\]"),
+    ("lse_in_out", lambda a: dict(lse=a["out"].view(-1)[:32].view(torch.float32).view(2, 8)), r"out must not share memory with lse"),
+    ("lse_in_q", lambda a: dict(lse=a["q"].view(-1)[:32].view(torch.float32).view(2, 8)), r"lse must not share memory with q"),
+    ("lse_expanded", lambda a: dict(lse=torch.zeros(1, 8, device=a["q"].device).expand(2, 8)), r"lse must not have overlapping elements"),
     # strides and alignment
     ("cache_row_stride", lambda a: dict(kv_cache=padded(a["kv_cache"], 3, 8)), r"kv_cache pages must be contiguous"),
     ("cache_last_stride", lambda a: dict(kv_cache=a["kv_cache"].transpose(2, 3).contiguous().transpose(2, 3)), r"kv_cache pages must be contiguous"),
@@ -167,7 +179,6 @@ BAD_INPUTS = [
     # None through the dispatcher (an undefined tensor in C++)
     ("q_none", lambda a: dict(q=None), r"q must be a tensor, got None"),
     ("kv_cache_none", lambda a: dict(kv_cache=None), r"kv_cache must be a tensor, got None"),
-    ("sinks_none", lambda a: dict(sinks=None), r"sinks must be a tensor, got None"),
     ("out_none", lambda a: dict(out=None), r"out must be a tensor, got None"),
 ]
 
@@ -211,7 +222,8 @@ def test_torch_compile_raises_while_tracing():
 # The wrapper's own checks: what the dispatcher would pass on as something else.
 def wrapper_call(args: dict, **changes):
     a = dict(args, **changes)
-    return flint_decode_attention(*(a[n] for n in NAMES))
+    extra = {"lse": a["lse"]} if "lse" in a else {}
+    return flint_decode_attention(*(a[n] for n in NAMES), **extra)
 
 
 # Window and scale of the wrong type: what the dispatcher would pass on as
@@ -358,7 +370,7 @@ def test_numpy_numbers_with_fullgraph_get_flints_error(name, window, scale):
         compiled(*tensors(valid_args("cpu")))
 
 
-@pytest.mark.parametrize("name", ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"])
+@pytest.mark.parametrize("name", ["q", "kv_cache", "block_tables", "seq_lens", "out"])
 @pytest.mark.parametrize("value", [None, [1.0]], ids=["None", "list"])
 def test_wrapper_rejects_a_non_tensor(name, value):
     with pytest.raises(TypeError, match=rf"flint.decode_attention: {name} must be a tensor, got {'None' if value is None else 'a list'}"):
@@ -435,14 +447,14 @@ def test_torch_compile_refuses_aliasing(change, match, dynamic):
     args = valid_args("cpu")
     args.update(change(args))
 
-    def step(q, kv_cache, block_tables, seq_lens, sinks, out):
-        return flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.1, out)
+    def step(q, kv_cache, block_tables, seq_lens, sinks, out, lse):
+        return flint_decode_attention(q, kv_cache, block_tables, seq_lens, sinks, None, 0.1, out, lse=lse)
 
     torch._dynamo.reset()
     compiled = torch.compile(step, fullgraph=True, dynamic=dynamic)
     what = match.split(" .*")[0].split(r" \(")[0]  # shapes print as symbols when dynamic
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=what):
-        compiled(*(args[n] for n in ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out"]))
+        compiled(*(args.get(n) for n in ["q", "kv_cache", "block_tables", "seq_lens", "sinks", "out", "lse"]))
 
 
 def fp8_args() -> dict:

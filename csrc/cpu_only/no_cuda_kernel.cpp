@@ -9,8 +9,9 @@ namespace flint {
 namespace {
 
 void decode_attention_no_cuda(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                              const at::Tensor&, const at::Tensor&, std::optional<int64_t>,
-                              double, const at::Tensor&, const std::optional<at::Tensor>&,
+                              const at::Tensor&, const std::optional<at::Tensor>&,
+                              std::optional<int64_t>, double, const at::Tensor&,
+                              const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                               const std::optional<at::Tensor>&) {
   TORCH_CHECK(false, "flint.decode_attention: this build of flint has no CUDA kernel: it was "
               "built without a CUDA toolkit (nvcc) or with FLINT_CPU_ONLY=1, so it runs only on "

@@ -6,16 +6,24 @@
 
 namespace flint {
 
-// The fixed model shape the operator is built for.
+// The shape today's CUDA kernels are built for; the op (and the CPU path)
+// takes any shape within the limits below.
 constexpr int kHeadDim = 128;                      // per head, q / K / V / out
 constexpr int kGqa = 8;                            // query heads per kv head
 constexpr int kPageTokens = 16;                    // tokens per cache block
 constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V]
 
+// The op's shape limits: a kv head's query rows (group x query tokens) form
+// the kernels' MMA row tile, so both are bounded by what one tile can hold.
+constexpr int kMaxGroup = 16;                      // query heads per kv head: 1..16
+constexpr int kMaxQueryTokens = 8;                 // query tokens per request: 1..8
+constexpr bool supported_head_dim(int64_t d) { return d == 64 || d == 128 || d == 256; }
+
 // Softmax in base 2: exp(x) = 2^(x log2(e)); the scale is folded in double, the
 // sinks in float (both backends alike).
 constexpr double kLog2e = 1.4426950408889634;
 constexpr float kLog2eF = static_cast<float>(kLog2e);
+constexpr float kLn2F = 0.693147180559945309f;  // ln(2): log2 back to natural log
 
 // Element type of the KV cache. An fp8 cache stores x / scale as e4m3 (vLLM's
 // kv_cache_dtype="fp8"): dequantized = stored x scale, with one fp32 scale per
@@ -47,7 +55,7 @@ struct DecodeParams {
   const void* kv_cache;        // [num_blocks, num_kv_heads, 16, 256] kv_dtype, HND
   const int32_t* block_tables; // [batch, max_blocks] int32, stride(1) == 1
   const int32_t* seq_lens;     // [batch] int32, contiguous
-  const float* sinks;          // [num_kv_heads * 8] fp32, contiguous
+  const float* sinks;          // [num_kv_heads * 8] fp32, contiguous; nullptr: no sinks
   const float* k_scale;        // fp8 cache: [1] or [num_kv_heads] fp32; nullptr for bf16
   const float* v_scale;        // likewise for V
   uint16_t* out;               // [batch, num_kv_heads * 8, 128] bf16, stride(2) == 1
@@ -76,6 +84,19 @@ struct DecodeParams {
   // Split kernels only (kernel.cuh), set by the launch.
   int min_pages;    // a split is active when each of its warps gets >= this many pages
   int max_active_splits;  // at most this many splits take pages (one wave)
+
+  // The call's shape (the fields above describe head_dim 128, group 8, one
+  // query token; kept first so that the kernels' parameter offsets stay put).
+  // q and out are [batch, q_tokens, num_kv_heads * group, head_dim]; query
+  // token i of request b sits at position seq_len - q_tokens + i.
+  int head_dim;     // 64, 128 or 256
+  int group;        // query heads per kv head, 1..kMaxGroup
+  int q_tokens;     // query tokens per request, 1..kMaxQueryTokens
+  int64_t q_stride_t, out_stride_t;  // between query tokens (0 when q_tokens == 1)
+  // The natural-log log-sum-exp of each query row's attended logits and its
+  // sink, [batch, q_tokens, num_heads] fp32; nullptr when not asked for.
+  float* lse;
+  int64_t lse_stride_b, lse_stride_t, lse_stride_h;
 };
 
 }  // namespace flint

@@ -50,16 +50,29 @@ struct Fp8Elem {
   static constexpr bool kScaledQ = true;
 };
 
-// Positions [start, end) of request b that the query attends to.
+// Positions [start, end) that query token i of request b attends to: its
+// own position seq_len - q_tokens + i and the window before it. A token
+// before position 0 (seq_len < q_tokens, padding rows) attends to nothing.
 struct Span {
   int start;
   int end;
+  bool empty() const { return start >= end; }
 };
 
-Span attended_span(const DecodeParams& p, int b) {
-  const int seq_len = p.seq_lens[b];
-  const int start = p.window > 0 ? std::max(seq_len - p.window, 0) : 0;
-  return {start, seq_len};
+Span attended_span(const DecodeParams& p, int b, int i) {
+  const int64_t end = int64_t{p.seq_lens[b]} - p.q_tokens + i + 1;
+  if (end <= 0) return {0, 0};
+  const int64_t start = p.window > 0 ? std::max<int64_t>(end - p.window, 0) : 0;
+  return {static_cast<int>(start), static_cast<int>(end)};
+}
+
+// The positions any query token of request b attends to (their union: the
+// spans all end at consecutive positions).
+Span request_span(const DecodeParams& p, int b) {
+  const Span first = attended_span(p, b, 0);
+  const Span last = attended_span(p, b, p.q_tokens - 1);
+  if (last.empty()) return last;
+  return {first.empty() ? last.start : std::min(first.start, last.start), last.end};
 }
 
 // The fp8 scale of kv head kvh (1 for a bf16 cache).
@@ -86,8 +99,8 @@ void check_data_contract(const DecodeParams& p) {
     TORCH_CHECK(seq_len >= 0 && seq_len <= max_len, "flint.decode_attention: seq_lens[", b,
                 "] must be in [0, 16 * block_tables.size(1)] = [0, ", max_len, "], got ",
                 seq_len);
-    const Span span = attended_span(p, b);
-    if (span.start >= span.end) continue;
+    const Span span = request_span(p, b);
+    if (span.empty()) continue;
     const int32_t* row = p.block_tables + b * p.bt_stride_b;
     for (int page = span.start / kPageTokens; page <= (span.end - 1) / kPageTokens; ++page) {
       TORCH_CHECK(row[page] >= 0 && row[page] < p.num_blocks,
@@ -97,64 +110,103 @@ void check_data_contract(const DecodeParams& p) {
   }
 }
 
-// Row [K | V] of position `pos` of request b in kv head kvh.
+// Row [K | V] (2 x head_dim elements) of position `pos` of request b in kv head kvh.
 template <class Elem>
 const typename Elem::Bits* token_row(const DecodeParams& p, int b, int kvh, int pos) {
   const int64_t block = p.block_tables[b * p.bt_stride_b + pos / kPageTokens];
   return static_cast<const typename Elem::Bits*>(p.kv_cache) + block * p.kv_stride_block +
-         kvh * p.kv_stride_head + (pos % kPageTokens) * kRowElems;
+         kvh * p.kv_stride_head + (pos % kPageTokens) * int64_t{2} * p.head_dim;
 }
 
-// The 8 query heads of kv head kvh of request b. `scores` is scratch space
-// reused across calls. With an fp8 cache, K and V are used as stored and the
-// scales applied in fp32: k_scale folds into the softmax scale c (the logits
-// are q . K_stored), v_scale into the final normalization (out = v_scale x
-// O_stored / denominator), as on the GPU.
+// Scratch space of one task, reused across its (request, kv head) pairs.
+struct Scratch {
+  std::vector<float> q;       // [head_dim][rows]
+  std::vector<float> scores;  // [positions][rows]
+  std::vector<float> o;       // [rows][head_dim]
+  std::vector<float> kv;      // one K or V row
+};
+
+// The query rows of kv head kvh of request b: row r = i * group + j is query
+// token i of query head kvh * group + j, as the kernels' MMA row tile orders
+// them. Each row attends its own span; K/V rows are read once for all rows.
+// With an fp8 cache, K and V are used as stored and the scales applied in
+// fp32: k_scale folds into the softmax scale c (the logits are q . K_stored),
+// v_scale into the final normalization (out = v_scale x O_stored /
+// denominator), as on the GPU.
 template <class Elem>
-void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
-  uint16_t* out = p.out + b * p.out_stride_b + int64_t{kvh} * kGqa * p.out_stride_h;
-  const Span span = attended_span(p, b);
-  const int n = span.end - span.start;
-  if (n <= 0) {
-    for (int j = 0; j < kGqa; ++j) std::fill_n(out + j * p.out_stride_h, kHeadDim, uint16_t{0});
+void attend(const DecodeParams& p, int b, int kvh, Scratch& w) {
+  const int dim = p.head_dim, group = p.group, rows = group * p.q_tokens;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const auto head_of = [&](int r) { return kvh * group + r % group; };
+  const auto out_row = [&](int r) {
+    return p.out + b * p.out_stride_b + (r / group) * p.out_stride_t + head_of(r) * p.out_stride_h;
+  };
+  // The sink of row r in log2 units, -inf without sinks.
+  const auto sink_log2 = [&](int r) {
+    return p.sinks == nullptr ? neg_inf : p.sinks[head_of(r)] * kLog2eF;
+  };
+  // lse = ln(sum_p exp(s_p) + exp(sink)) from the log2 domain: ln 2 x (m c +
+  // log2(l + 2^(sink - m c))); with m c = -inf only the sink is left.
+  const auto write_lse = [&](int r, float ms, float l) {
+    if (p.lse == nullptr) return;
+    const float sink = sink_log2(r);
+    const float lse2 = ms == neg_inf ? sink : ms + std::log2(l + std::exp2(sink - ms));
+    p.lse[b * p.lse_stride_b + (r / group) * p.lse_stride_t + head_of(r) * p.lse_stride_h] =
+        lse2 * kLn2F;
+  };
+
+  Span tokens[kMaxQueryTokens];
+  for (int i = 0; i < p.q_tokens; ++i) tokens[i] = attended_span(p, b, i);
+  const Span span = request_span(p, b);
+  if (span.empty()) {
+    for (int r = 0; r < rows; ++r) {
+      std::fill_n(out_row(r), dim, uint16_t{0});
+      write_lse(r, neg_inf, 0.f);
+    }
     return;
   }
+  const int n = span.end - span.start;
+  const auto attends = [&](int r, int pos) {
+    const Span& t = tokens[r / group];
+    return pos >= t.start && pos < t.end;
+  };
 
-  // q transposed to [dim][head]: the inner loops below then run over the 8
-  // heads (or the 128 dims) with independent accumulators, so they vectorize
-  // while each sum keeps its sequential fp32 order.
-  float q[kHeadDim][kGqa];
+  // q transposed to [dim][row]: the inner loops below then run over the rows
+  // (or the dims) with independent accumulators, so they vectorize while each
+  // sum keeps its sequential fp32 order.
+  w.q.assign(static_cast<size_t>(dim) * rows, 0.f);
   float q_max = 0.f;  // std::fmax skips NaN, as the kernel's fmaxf
-  for (int j = 0; j < kGqa; ++j) {
-    const uint16_t* qh = p.q + b * p.q_stride_b + int64_t{kvh * kGqa + j} * p.q_stride_h;
-    for (int d = 0; d < kHeadDim; ++d) {
-      q[d][j] = bf16_to_float(qh[d]);
-      q_max = std::fmax(q_max, std::fabs(q[d][j]));
+  for (int r = 0; r < rows; ++r) {
+    const uint16_t* qh =
+        p.q + b * p.q_stride_b + (r / group) * p.q_stride_t + head_of(r) * p.q_stride_h;
+    for (int d = 0; d < dim; ++d) {
+      w.q[d * rows + r] = bf16_to_float(qh[d]);
+      q_max = std::fmax(q_max, std::fabs(w.q[d * rows + r]));
     }
   }
   // fp8: q in fp16, scaled by 2^-e; the logits come out 2^-e too small.
   const int q_exp = Elem::kScaledQ ? q_exponent(q_max) : 0;
   if (Elem::kScaledQ) {
     const float down = exp2i(-q_exp);
-    for (int d = 0; d < kHeadDim; ++d)
-      for (int j = 0; j < kGqa; ++j) q[d][j] = Elem::round_operand(q[d][j] * down);
+    for (float& x : w.q) x = Elem::round_operand(x * down);
   }
 
-  // Scores s = q . K, unscaled, and their max per head.
-  scores.resize(static_cast<size_t>(n) * kGqa);
-  float m[kGqa];
-  std::fill_n(m, kGqa, -std::numeric_limits<float>::infinity());
+  // Scores s = q . K, unscaled, and each row's max over its own span.
+  w.scores.assign(static_cast<size_t>(n) * rows, 0.f);
+  w.kv.resize(dim);
+  float m[kMaxQueryTokens * kMaxGroup];
+  std::fill_n(m, rows, neg_inf);
   for (int i = 0; i < n; ++i) {
     const auto* row = token_row<Elem>(p, b, kvh, span.start + i);
-    float k[kHeadDim];
-    for (int d = 0; d < kHeadDim; ++d) k[d] = Elem::to_float(row[d]);
-    float s[kGqa] = {};
-    for (int d = 0; d < kHeadDim; ++d) {
-      for (int j = 0; j < kGqa; ++j) s[j] += q[d][j] * k[d];
+    for (int d = 0; d < dim; ++d) w.kv[d] = Elem::to_float(row[d]);
+    float* s = w.scores.data() + static_cast<size_t>(i) * rows;
+    for (int d = 0; d < dim; ++d) {
+      const float k = w.kv[d];
+      const float* qd = w.q.data() + static_cast<size_t>(d) * rows;
+      for (int r = 0; r < rows; ++r) s[r] += qd[r] * k;
     }
-    for (int j = 0; j < kGqa; ++j) {
-      scores[i * kGqa + j] = s[j];
-      m[j] = std::max(m[j], s[j]);  // a NaN s is passed over, as by fmaxf on the GPU
+    for (int r = 0; r < rows; ++r) {
+      if (attends(r, span.start + i)) m[r] = std::max(m[r], s[r]);  // NaN passed over, as fmaxf
     }
   }
 
@@ -162,61 +214,72 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
   // l sums the fp32 p, while P V uses p rounded to the MMA operand type.
   // When m * c is -inf (every logit -inf, or overflowing fp32 below -FLT_MAX)
   // every p is 0 and the shift is 0 instead of -inf, which would make -inf -
-  // -inf = NaN of each p; the sink term below keeps m * c (README, Non-finite
-  // values).
+  // -inf = NaN of each p; the sink term below keeps m * c (docs/semantics.md,
+  // Non-finite values). A position outside a row's span adds nothing to it.
   const float c = p.scale_log2 * kv_scale(p.k_scale, p.k_scale_stride, kvh) * exp2i(q_exp);
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  float ms[kGqa], shift[kGqa];
-  float l[kGqa] = {};
-  float o[kGqa][kHeadDim] = {};
-  for (int j = 0; j < kGqa; ++j) {
-    ms[j] = m[j] * c;
-    shift[j] = ms[j] == neg_inf ? 0.f : ms[j];
+  float ms[kMaxQueryTokens * kMaxGroup], shift[kMaxQueryTokens * kMaxGroup];
+  float l[kMaxQueryTokens * kMaxGroup] = {};
+  for (int r = 0; r < rows; ++r) {
+    ms[r] = m[r] * c;
+    shift[r] = ms[r] == neg_inf ? 0.f : ms[r];
   }
+  w.o.assign(static_cast<size_t>(rows) * dim, 0.f);
   for (int i = 0; i < n; ++i) {
     const auto* row = token_row<Elem>(p, b, kvh, span.start + i);
-    float v[kHeadDim];
-    for (int d = 0; d < kHeadDim; ++d) v[d] = Elem::to_float(row[kHeadDim + d]);
-    for (int j = 0; j < kGqa; ++j) {
-      const float pj = std::exp2(std::fma(scores[i * kGqa + j], c, -shift[j]));
-      l[j] += pj;
-      const float pb = Elem::round_operand(pj);
-      for (int d = 0; d < kHeadDim; ++d) o[j][d] += pb * v[d];
+    for (int d = 0; d < dim; ++d) w.kv[d] = Elem::to_float(row[dim + d]);
+    const float* s = w.scores.data() + static_cast<size_t>(i) * rows;
+    for (int r = 0; r < rows; ++r) {
+      if (!attends(r, span.start + i)) continue;
+      const float pr = std::exp2(std::fma(s[r], c, -shift[r]));
+      l[r] += pr;
+      const float pb = Elem::round_operand(pr);
+      float* o = w.o.data() + static_cast<size_t>(r) * dim;
+      for (int d = 0; d < dim; ++d) o[d] += pb * w.kv[d];
     }
   }
 
   // The sink is one more logit: it only adds exp(sink - m) to the denominator
-  // (+inf for a finite sink when m * c is -inf: the output is then 0).
+  // (+inf for a finite sink when m * c is -inf: the output is then 0). A
+  // token with nothing to attend writes zeros.
   const float v_scale = kv_scale(p.v_scale, p.v_scale_stride, kvh);
-  for (int j = 0; j < kGqa; ++j) {
-    const float sink = p.sinks[kvh * kGqa + j];
-    const float inv = v_scale / (l[j] + std::exp2(sink * kLog2eF - ms[j]));
-    uint16_t* oh = out + j * p.out_stride_h;
-    for (int d = 0; d < kHeadDim; ++d) oh[d] = float_to_bf16(o[j][d] * inv);
+  for (int r = 0; r < rows; ++r) {
+    uint16_t* oh = out_row(r);
+    if (tokens[r / group].empty()) {
+      std::fill_n(oh, dim, uint16_t{0});
+      write_lse(r, neg_inf, 0.f);
+      continue;
+    }
+    const float inv = v_scale / (l[r] + std::exp2(sink_log2(r) - ms[r]));
+    const float* o = w.o.data() + static_cast<size_t>(r) * dim;
+    for (int d = 0; d < dim; ++d) oh[d] = float_to_bf16(o[d] * inv);
+    write_lse(r, ms[r], l[r]);
   }
 }
 
+// The CPU entry point: the op's parameters, spelled out for the dispatcher.
 void decode_attention_cpu(const at::Tensor& q, const at::Tensor& kv_cache,
                           const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                          const at::Tensor& sinks, std::optional<int64_t> window, double scale,
-                          const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
-                          const std::optional<at::Tensor>& v_scale) {
-  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
-                              k_scale, v_scale);
+                          const std::optional<at::Tensor>& sinks, std::optional<int64_t> window,
+                          double scale, const at::Tensor& out,
+                          const std::optional<at::Tensor>& k_scale,
+                          const std::optional<at::Tensor>& v_scale,
+                          const std::optional<at::Tensor>& lse) {
+  const DecodeArgs args{q,   kv_cache, block_tables, seq_lens, sinks, window,
+                        scale, out,    k_scale,      v_scale,  lse};
+  check_decode_attention_args(args);
   if (q.size(0) == 0) return;
-  const DecodeParams p = params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window,
-                                             scale, out, k_scale, v_scale);
+  const DecodeParams p = params_from_tensors(args);
   check_data_contract(p);
 
-  // One task per (request, kv head): each reads its K/V rows once for all 8
-  // query heads, as one CTA group does on the GPU.
+  // One task per (request, kv head): each reads its K/V rows once for all its
+  // query rows, as one CTA group does on the GPU.
   const int64_t num_bh = int64_t{p.batch} * p.num_kv_heads;
   at::parallel_for(0, num_bh, /*grain_size=*/1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    Scratch scratch;
     const auto attend_pair = p.kv_dtype == KvDtype::kFp8E4m3 ? &attend<Fp8Elem> : &attend<Bf16Elem>;
     for (int64_t bh = begin; bh < end; ++bh) {
       attend_pair(p, static_cast<int>(bh / p.num_kv_heads), static_cast<int>(bh % p.num_kv_heads),
-                  scores);
+                  scratch);
     }
   });
 }

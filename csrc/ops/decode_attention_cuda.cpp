@@ -34,25 +34,29 @@ KvDtype kv_dtype(const at::Tensor& kv_cache) {
 
 }  // namespace
 
-LaunchPlan default_plan(const at::Tensor& q, const at::Tensor& kv_cache,
-                        std::optional<int64_t> window) {
-  const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
-  LaunchPlan plan = plan_launch(static_cast<int>(q.size(0)), static_cast<int>(kv_cache.size(1)),
-                                window_tokens(window), kv_dtype(kv_cache), sms);
+LaunchPlan default_plan(const DecodeArgs& a) {
+  const int sms = at::cuda::getDeviceProperties(a.q.device().index())->multiProcessorCount;
+  LaunchPlan plan = plan_launch(static_cast<int>(a.q.size(0)), static_cast<int>(a.kv_cache.size(1)),
+                                window_tokens(a.window), kv_dtype(a.kv_cache), sms);
   plan.pdl = pdl_enabled();
   return plan;
 }
 
-void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cache,
-                                  const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                                  const at::Tensor& sinks, std::optional<int64_t> window,
-                                  double scale, const at::Tensor& out,
-                                  const std::optional<at::Tensor>& k_scale,
-                                  const std::optional<at::Tensor>& v_scale,
-                                  const LaunchPlan* given_plan) {
-  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
-                              k_scale, v_scale);
+void decode_attention_cuda_launch(const DecodeArgs& args, const LaunchPlan* given_plan) {
+  check_decode_attention_args(args);
+  const at::Tensor& q = args.q;
+  const at::Tensor& kv_cache = args.kv_cache;
   const int64_t batch = q.size(0);
+  // The shapes the CUDA kernels are compiled for; the CPU path takes the rest.
+  const int64_t group = q.size(-2) / kv_cache.size(1);
+  TORCH_CHECK(q.size(-1) == kHeadDim && group == kGqa && !args.multi_token() && !args.lse &&
+                  args.sinks,
+              "flint.decode_attention: the CUDA kernels of this build serve head_dim ", kHeadDim,
+              ", ", kGqa, " query heads per kv head, one query token per request (q [batch, "
+              "num_heads, head_dim]), sinks given and no lse; got head_dim ", q.size(-1),
+              ", group ", group, ", q of shape ", q.sizes(), ", sinks ",
+              args.sinks ? "given" : "None", ", lse ", args.lse ? "given" : "None",
+              ". The CPU path (CPU tensors) serves every supported shape.");
   if (batch == 0) return;
 
   const c10::cuda::CUDAGuard guard(q.device());
@@ -60,7 +64,7 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
   TORCH_CHECK(props->major == 9, "flint.decode_attention: the CUDA kernel needs a Hopper GPU "
               "(sm_90); ", q.device(), " is ", props->name, " (sm_", props->major, props->minor,
               "). Run on CPU tensors for the reference path.");
-  const LaunchPlan plan = given_plan ? *given_plan : default_plan(q, kv_cache, window);
+  const LaunchPlan plan = given_plan ? *given_plan : default_plan(args);
   TORCH_CHECK(plan.kv == kv_dtype(kv_cache), "flint.decode_attention: the launch plan is for ",
               plan.kv == KvDtype::kBf16 ? "a bf16" : "an fp8", " cache, kv_cache is ",
               kv_cache.scalar_type());
@@ -72,8 +76,7 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
                 kv_cache.size(1));
   }
 
-  DecodeParams p = params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale,
-                                       out, k_scale, v_scale);
+  DecodeParams p = params_from_tensors(args);
   // With no blocks at all nothing can be attended: every request writes zeros.
   if (p.num_blocks == 0) p.max_blocks = 0;
 
@@ -104,13 +107,17 @@ void decode_attention_cuda_launch(const at::Tensor& q, const at::Tensor& kv_cach
 
 namespace {
 
+// The CUDA entry point: the op's parameters, spelled out for the dispatcher.
 void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
                            const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                           const at::Tensor& sinks, std::optional<int64_t> window, double scale,
-                           const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
-                           const std::optional<at::Tensor>& v_scale) {
-  decode_attention_cuda_launch(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
-                               k_scale, v_scale, nullptr);
+                           const std::optional<at::Tensor>& sinks, std::optional<int64_t> window,
+                           double scale, const at::Tensor& out,
+                           const std::optional<at::Tensor>& k_scale,
+                           const std::optional<at::Tensor>& v_scale,
+                           const std::optional<at::Tensor>& lse) {
+  decode_attention_cuda_launch(
+      {q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale, lse},
+      nullptr);
 }
 
 }  // namespace

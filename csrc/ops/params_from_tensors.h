@@ -1,12 +1,11 @@
-// DecodeParams from the op's (validated) tensors: the one place both backends
-// read pointers, strides and sizes from.
+// DecodeParams from the op's (validated) arguments: the one place both
+// backends read pointers, strides and sizes from.
 #pragma once
 
 #include <optional>
 
-#include <ATen/core/Tensor.h>
-
 #include "decode_attention/params.h"
+#include "ops/decode_args.h"
 
 namespace flint {
 
@@ -16,11 +15,6 @@ int window_tokens(std::optional<int64_t> window);
 
 // Fills everything but the workspace pointers and min_pages (CUDA launch
 // details); the window as window_tokens.
-DecodeParams params_from_tensors(const at::Tensor& q, const at::Tensor& kv_cache,
-                                 const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                                 const at::Tensor& sinks, std::optional<int64_t> window,
-                                 double scale, const at::Tensor& out,
-                                 const std::optional<at::Tensor>& k_scale,
-                                 const std::optional<at::Tensor>& v_scale);
+DecodeParams params_from_tensors(const DecodeArgs& args);
 
 }  // namespace flint

@@ -162,67 +162,93 @@ void check_no_aliasing(const std::vector<Named>& outputs, const std::vector<Name
   }
 }
 
-// q and out: the kernel reads / writes each head's 128 dims as 16-byte vectors.
+// q and out: the kernels read / write each head's dims as 16-byte vectors.
 void check_rows(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.sym_stride(2) == 1, "flint.decode_attention: ", name,
-              " must have a contiguous last dim (stride(2) == 1), got strides ", t.sym_strides());
-  TORCH_CHECK(t.sym_stride(0) % 8 == 0 && t.sym_stride(1) % 8 == 0 && aligned16(t),
-              "flint.decode_attention: ", name,
-              " rows must be 16-byte aligned (stride(0), stride(1) multiples of 8 and a "
-              "16-byte aligned data pointer), got strides ",
-              t.sym_strides(), " and ", where(t));
+  const int64_t last = t.dim() - 1;
+  TORCH_CHECK(t.sym_stride(last) == 1, "flint.decode_attention: ", name,
+              " must have a contiguous last dim (stride(", last, ") == 1), got strides ",
+              t.sym_strides());
+  bool aligned = aligned16(t);
+  for (int64_t d = 0; d < last; ++d) aligned = aligned && t.sym_stride(d) % 8 == 0;
+  TORCH_CHECK(aligned, "flint.decode_attention: ", name, " rows must be 16-byte aligned (every "
+              "stride but the last a multiple of 8 and a 16-byte aligned data pointer), got "
+              "strides ", t.sym_strides(), " and ", where(t));
+}
+
+void check_contiguous(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_contiguous(), "flint.decode_attention: ", name, " must be contiguous, got "
+              "strides ", t.sym_strides());
 }
 
 }  // namespace
 
-void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache,
-                                 const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                                 const at::Tensor& sinks, std::optional<int64_t> window,
-                                 double scale, const at::Tensor& out,
-                                 const std::optional<at::Tensor>& k_scale,
-                                 const std::optional<at::Tensor>& v_scale) {
+void check_decode_attention_args(const DecodeArgs& a) {
+  const at::Tensor& q = a.q;
+  const at::Tensor& kv_cache = a.kv_cache;
+  const at::Tensor& out = a.out;
   check_dtype(q, "q", at::kBFloat16);
   check_kv_dtype(kv_cache);
-  check_dtype(block_tables, "block_tables", at::kInt);
-  check_dtype(seq_lens, "seq_lens", at::kInt);
-  check_dtype(sinks, "sinks", at::kFloat);
+  check_dtype(a.block_tables, "block_tables", at::kInt);
+  check_dtype(a.seq_lens, "seq_lens", at::kInt);
   check_dtype(out, "out", at::kBFloat16);
+  if (a.sinks) check_dtype(*a.sinks, "sinks", at::kFloat);
+  if (a.lse) check_dtype(*a.lse, "lse", at::kFloat);
 
-  check_rank(q, "q", 3, "[batch, num_heads, 128]");
-  check_rank(kv_cache, "kv_cache", 4, "[num_blocks, num_kv_heads, 16, 256]");
-  check_rank(block_tables, "block_tables", 2, "[batch, max_blocks]");
-  check_rank(seq_lens, "seq_lens", 1, "[batch]");
-  check_rank(sinks, "sinks", 1, "[num_heads]");
-  check_rank(out, "out", 3, "[batch, num_heads, 128]");
+  TORCH_CHECK(q.dim() == 3 || q.dim() == 4, "flint.decode_attention: q must be [batch, "
+              "num_heads, head_dim] (one query token per request) or [batch, q_tokens, "
+              "num_heads, head_dim], got a ", q.dim(), "-D tensor of shape ", q.sym_sizes());
+  const bool multi = a.multi_token();
+  check_rank(kv_cache, "kv_cache", 4, "[num_blocks, num_kv_heads, 16, 2 * head_dim]");
+  check_rank(a.block_tables, "block_tables", 2, "[batch, max_blocks]");
+  check_rank(a.seq_lens, "seq_lens", 1, "[batch]");
+  if (a.sinks) check_rank(*a.sinks, "sinks", 1, "[num_heads]");
 
   const c10::SymInt batch = q.sym_size(0);
-  const c10::SymInt num_heads = q.sym_size(1);
+  const c10::SymInt q_tokens = multi ? q.sym_size(1) : c10::SymInt(1);
+  const c10::SymInt num_heads = q.sym_size(-2);
+  const c10::SymInt head_dim = q.sym_size(-1);
   const c10::SymInt num_kv_heads = kv_cache.sym_size(1);
-  TORCH_CHECK(q.sym_size(2) == kHeadDim, "flint.decode_attention: q must have head_dim ", kHeadDim,
-              " (shape [batch, num_heads, 128]), got shape ", q.sym_sizes());
-  TORCH_CHECK(kv_cache.sym_size(2) == kPageTokens && kv_cache.sym_size(3) == kRowElems,
+  TORCH_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256, "flint.decode_attention: "
+              "q must have head_dim 64, 128 or 256 (its last dim), got shape ", q.sym_sizes());
+  TORCH_CHECK(q_tokens >= 1 && q_tokens <= kMaxQueryTokens, "flint.decode_attention: q must "
+              "have 1 to ", kMaxQueryTokens, " query tokens per request (dim 1 of [batch, "
+              "q_tokens, num_heads, head_dim]), got shape ", q.sym_sizes());
+  TORCH_CHECK(kv_cache.sym_size(2) == kPageTokens && kv_cache.sym_size(3) == 2 * head_dim,
               "flint.decode_attention: kv_cache must be [num_blocks, num_kv_heads, ",
-              kPageTokens, ", ", kRowElems, "] (16-token blocks, K in [..., :128], V in "
-              "[..., 128:]), got shape ", kv_cache.sym_sizes());
+              kPageTokens, ", 2 * head_dim] = [num_blocks, num_kv_heads, 16, ", 2 * head_dim,
+              "] (16-token blocks, K in the first head_dim of the last dim, V in the second), "
+              "got shape ", kv_cache.sym_sizes());
   TORCH_CHECK(num_kv_heads >= 1, "flint.decode_attention: kv_cache must have at least one kv "
               "head, got shape ", kv_cache.sym_sizes());
-  TORCH_CHECK(num_heads == kGqa * num_kv_heads, "flint.decode_attention: q must have num_heads "
-              "== 8 * num_kv_heads (GQA group 8) = ", kGqa * num_kv_heads, ", got num_heads ",
-              num_heads, " with num_kv_heads ", num_kv_heads);
+  TORCH_CHECK(num_heads % num_kv_heads == 0 && num_heads >= num_kv_heads &&
+                  num_heads <= kMaxGroup * num_kv_heads,
+              "flint.decode_attention: q's num_heads must be group x num_kv_heads with a group "
+              "(query heads per kv head) of 1 to ", kMaxGroup, ", got num_heads ", num_heads,
+              " with num_kv_heads ", num_kv_heads, " (from kv_cache)");
   TORCH_CHECK(out.sym_sizes() == q.sym_sizes(), "flint.decode_attention: out must have the shape "
               "of q ", q.sym_sizes(), ", got ", out.sym_sizes());
-  TORCH_CHECK(block_tables.sym_size(0) == batch, "flint.decode_attention: block_tables must have ",
-              batch, " rows (the batch size of q), got shape ", block_tables.sym_sizes());
-  TORCH_CHECK(seq_lens.sym_size(0) == batch, "flint.decode_attention: seq_lens must have ", batch,
-              " entries (the batch size of q), got shape ", seq_lens.sym_sizes());
-  TORCH_CHECK(sinks.sym_size(0) == num_heads, "flint.decode_attention: sinks must have num_heads "
-              "= ", num_heads, " entries, got shape ", sinks.sym_sizes());
+  TORCH_CHECK(a.block_tables.sym_size(0) == batch, "flint.decode_attention: block_tables must "
+              "have ", batch, " rows (the batch size of q), got shape ",
+              a.block_tables.sym_sizes());
+  TORCH_CHECK(a.seq_lens.sym_size(0) == batch, "flint.decode_attention: seq_lens must have ",
+              batch, " entries (the batch size of q), got shape ", a.seq_lens.sym_sizes());
+  if (a.sinks) {
+    TORCH_CHECK(a.sinks->sym_size(0) == num_heads, "flint.decode_attention: sinks must have "
+                "num_heads = ", num_heads, " entries (one logit per query head), got shape ",
+                a.sinks->sym_sizes());
+  }
+  if (a.lse) {
+    TORCH_CHECK(a.lse->sym_sizes() == q.sym_sizes().slice(0, q.dim() - 1),
+                "flint.decode_attention: lse must have the shape of q without its last dim, ",
+                q.sym_sizes().slice(0, q.dim() - 1), ", got ", a.lse->sym_sizes());
+  }
 
   // The HND page layout every backend assumes: each (block, kv head) is one
-  // contiguous, 16-byte aligned page (8 KB of bf16, 4 KB of fp8).
-  TORCH_CHECK(kv_cache.sym_stride(3) == 1 && kv_cache.sym_stride(2) == kRowElems,
-              "flint.decode_attention: kv_cache pages must be contiguous (stride(2) == 256, "
-              "stride(3) == 1), got strides ", kv_cache.sym_strides());
+  // contiguous, 16-byte aligned page.
+  TORCH_CHECK(kv_cache.sym_stride(3) == 1 && kv_cache.sym_stride(2) == 2 * head_dim,
+              "flint.decode_attention: kv_cache pages must be contiguous (stride(2) == 2 * "
+              "head_dim == ", 2 * head_dim, ", stride(3) == 1), got strides ",
+              kv_cache.sym_strides());
   const int64_t elems16 = 16 / kv_cache.element_size();  // elements in 16 bytes
   TORCH_CHECK(kv_cache.sym_stride(0) % elems16 == 0 && kv_cache.sym_stride(1) % elems16 == 0 &&
                   aligned16(kv_cache),
@@ -231,53 +257,70 @@ void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache
               kv_cache.sym_strides(), " and ", where(kv_cache));
   check_rows(q, "q");
   check_rows(out, "out");
-  TORCH_CHECK(block_tables.sym_stride(1) == 1 || block_tables.sym_size(1) <= 1,
+  TORCH_CHECK(a.block_tables.sym_stride(1) == 1 || a.block_tables.sym_size(1) <= 1,
               "flint.decode_attention: block_tables rows must be contiguous (stride(1) == 1), "
-              "got strides ", block_tables.sym_strides());
-  TORCH_CHECK(seq_lens.is_contiguous(), "flint.decode_attention: seq_lens must be contiguous, "
-              "got strides ", seq_lens.sym_strides());
-  TORCH_CHECK(sinks.is_contiguous(), "flint.decode_attention: sinks must be contiguous, got "
-              "strides ", sinks.sym_strides());
+              "got strides ", a.block_tables.sym_strides());
+  check_contiguous(a.seq_lens, "seq_lens");
+  if (a.sinks) check_contiguous(*a.sinks, "sinks");
 
   const auto device = q.device();
   const bool fp8 = kv_cache.scalar_type() == at::kFloat8_e4m3fn;
-  check_scale(k_scale, "k_scale", fp8, num_kv_heads, device);
-  check_scale(v_scale, "v_scale", fp8, num_kv_heads, device);
-  const Named others[] = {{&kv_cache, "kv_cache"}, {&block_tables, "block_tables"},
-                          {&seq_lens, "seq_lens"}, {&sinks, "sinks"}, {&out, "out"}};
-  for (const auto& [t, name] : others) {
-    TORCH_CHECK(t->device() == device, "flint.decode_attention: all tensors must be on one "
-                "device; q is on ", device, " but ", name, " is on ", t->device());
+  check_scale(a.k_scale, "k_scale", fp8, num_kv_heads, device);
+  check_scale(a.v_scale, "v_scale", fp8, num_kv_heads, device);
+  std::vector<Named> inputs = {{&q, "q"}, {&kv_cache, "kv_cache"},
+                               {&a.block_tables, "block_tables"}, {&a.seq_lens, "seq_lens"}};
+  if (a.sinks) inputs.push_back({&*a.sinks, "sinks"});
+  if (a.k_scale) inputs.push_back({&*a.k_scale, "k_scale"});
+  if (a.v_scale) inputs.push_back({&*a.v_scale, "v_scale"});
+  std::vector<Named> outputs = {{&out, "out"}};
+  if (a.lse) outputs.push_back({&*a.lse, "lse"});
+  for (const auto& group : {inputs, outputs}) {
+    for (const auto& [t, name] : group) {
+      TORCH_CHECK(t->device() == device, "flint.decode_attention: all tensors must be on one "
+                  "device; q is on ", device, " but ", name, " is on ", t->device());
+    }
   }
-
-  std::vector<Named> inputs = {{&q, "q"}, {&kv_cache, "kv_cache"}, {&block_tables, "block_tables"},
-                               {&seq_lens, "seq_lens"}, {&sinks, "sinks"}};
-  if (k_scale) inputs.push_back({&*k_scale, "k_scale"});
-  if (v_scale) inputs.push_back({&*v_scale, "v_scale"});
-  check_no_aliasing({{&out, "out"}}, inputs);
+  check_no_aliasing(outputs, inputs);
 
   // The kernels index with int32 (DecodeParams).
   TORCH_CHECK(batch * num_kv_heads <= INT32_MAX, "flint.decode_attention: batch x num_kv_heads "
               "must be <= 2^31 - 1, got ", batch, " x ", num_kv_heads);
-  TORCH_CHECK(block_tables.sym_size(1) <= INT32_MAX / kPageTokens &&
+  TORCH_CHECK(a.block_tables.sym_size(1) <= INT32_MAX / kPageTokens &&
                   kv_cache.sym_size(0) <= INT32_MAX,
               "flint.decode_attention: 16 * max_blocks and num_blocks must fit int32, got "
-              "block_tables ", block_tables.sym_sizes(), " and kv_cache ", kv_cache.sym_sizes());
+              "block_tables ", a.block_tables.sym_sizes(), " and kv_cache ",
+              kv_cache.sym_sizes());
 
-  TORCH_CHECK(!window.has_value() || *window >= 1, "flint.decode_attention: window must be None "
-              "or >= 1, got ", window.value_or(0));
+  TORCH_CHECK(!a.window.has_value() || *a.window >= 1, "flint.decode_attention: window must be "
+              "None or >= 1, got ", a.window.value_or(0));
   // The kernels use scale * log2(e) as a float32.
-  TORCH_CHECK(std::isfinite(scale) && scale > 0.0 &&
-                  std::isfinite(static_cast<float>(scale * kLog2e)),
+  TORCH_CHECK(std::isfinite(a.scale) && a.scale > 0.0 &&
+                  std::isfinite(static_cast<float>(a.scale * kLog2e)),
               "flint.decode_attention: scale must be finite and > 0 (and scale * log2(e) "
-              "finite in float32), got ", scale);
+              "finite in float32), got ", a.scale);
 }
+
+namespace {
+
+// The Meta entry point: the op's parameters, spelled out for the dispatcher.
+void decode_attention_meta(const at::Tensor& q, const at::Tensor& kv_cache,
+                           const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                           const std::optional<at::Tensor>& sinks, std::optional<int64_t> window,
+                           double scale, const at::Tensor& out,
+                           const std::optional<at::Tensor>& k_scale,
+                           const std::optional<at::Tensor>& v_scale,
+                           const std::optional<at::Tensor>& lse) {
+  check_decode_attention_args(
+      {q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale, lse});
+}
+
+}  // namespace
 
 // The Meta kernel of flint::decode_attention is these checks and nothing else
 // (the op returns nothing and writes out in place: there is no output to
 // describe). FakeTensorMode and torch.compile run it on fake tensors, so a
 // traced call raises the real op's errors, word for word; devices, all meta
 // here, are checked by the Python wrapper (flint_attention/ops.py).
-TORCH_LIBRARY_IMPL(flint, Meta, m) { m.impl("decode_attention", &check_decode_attention_args); }
+TORCH_LIBRARY_IMPL(flint, Meta, m) { m.impl("decode_attention", &decode_attention_meta); }
 
 }  // namespace flint

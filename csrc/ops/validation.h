@@ -2,9 +2,7 @@
 // Meta kernel (FakeTensor, torch.compile).
 #pragma once
 
-#include <optional>
-
-#include <ATen/core/Tensor.h>
+#include "ops/decode_args.h"
 
 namespace flint {
 
@@ -15,11 +13,6 @@ namespace flint {
 // meta and fake tensors with symbolic shapes (the op's Meta kernel, registered
 // in validation.cpp): there, alignment is judged from the storage
 // offset, and all tensors are on the meta device, so devices go unchecked.
-void check_decode_attention_args(const at::Tensor& q, const at::Tensor& kv_cache,
-                                 const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                                 const at::Tensor& sinks, std::optional<int64_t> window,
-                                 double scale, const at::Tensor& out,
-                                 const std::optional<at::Tensor>& k_scale,
-                                 const std::optional<at::Tensor>& v_scale);
+void check_decode_attention_args(const DecodeArgs& args);
 
 }  // namespace flint

@@ -78,8 +78,10 @@ void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
                      const at::Tensor& sinks, std::optional<int64_t> window, double scale,
                      const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
                      const std::optional<at::Tensor>& v_scale, const at::Tensor& stamps) {
-  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
-                              k_scale, v_scale);
+  const std::optional<at::Tensor> given_sinks = sinks, no_lse;
+  const DecodeArgs args{q,   kv_cache, block_tables, seq_lens, given_sinks, window,
+                        scale, out,    k_scale,      v_scale,  no_lse};
+  check_decode_attention_args(args);
   const c10::cuda::CUDAGuard guard(q.device());
   LaunchPlan plan;  // the op's balanced plan: 8 warps, 2 (bf16) or 4 (fp8) stages
   plan.kind = KernelKind::kBalanced;
@@ -87,8 +89,7 @@ void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
   plan.warps = 8;
   plan.stages = plan.kv == KvDtype::kBf16 ? 2 : 4;
   plan.refill = Refill::kKernelRule;
-  DecodeParams p = params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale,
-                                       out, k_scale, v_scale);
+  DecodeParams p = params_from_tensors(args);
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.refill = plan.refill;
   C10_CUDA_CHECK(encode_kv_map(p));

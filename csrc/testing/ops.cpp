@@ -55,13 +55,18 @@ void decode_attention_with_plan(const at::Tensor& q, const at::Tensor& kv_cache,
                                 const std::optional<at::Tensor>& v_scale,
                                 c10::IntArrayRef plan) {
   const LaunchPlan p = from_ints(plan);
-  decode_attention_cuda_launch(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
-                               k_scale, v_scale, &p);
+  const std::optional<at::Tensor> given_sinks = sinks, no_lse;
+  decode_attention_cuda_launch(
+      {q, kv_cache, block_tables, seq_lens, given_sinks, window, scale, out, k_scale, v_scale,
+       no_lse},
+      &p);
 }
 
 std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
                                      std::optional<int64_t> window) {
-  return to_ints(default_plan(q, kv_cache, window));
+  // Only what the plan reads: q's batch and device, the cache's heads and format, the window.
+  const std::optional<at::Tensor> none;
+  return to_ints(default_plan({q, kv_cache, q, q, none, window, 1.0, q, none, none, none}));
 }
 
 // The split kernels' plan (what plan_launch picks for sliding windows and

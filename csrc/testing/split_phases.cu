@@ -54,15 +54,16 @@ void split_phases(const at::Tensor& q, const at::Tensor& kv_cache,
                   const at::Tensor& out, const std::optional<at::Tensor>& k_scale,
                   const std::optional<at::Tensor>& v_scale, const at::Tensor& stamps,
                   const LaunchPlan& plan) {
-  check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
-                              k_scale, v_scale);
+  const std::optional<at::Tensor> given_sinks = sinks, no_lse;
+  const DecodeArgs args{q,   kv_cache, block_tables, seq_lens, given_sinks, window,
+                        scale, out,    k_scale,      v_scale,  no_lse};
+  check_decode_attention_args(args);
   const KvDtype kv = kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
   TORCH_CHECK(plan.kind == KernelKind::kSplit && plan.warps == kProbedWarps && plan.kv == kv &&
                   plan.stages == (kv == KvDtype::kBf16 ? 2 : 4) && check_plan(plan).empty(),
               "split_phases: the 9-warp split plan of the cache's format (2 bf16 / 4 fp8 slots)");
   const c10::cuda::CUDAGuard guard(q.device());
-  DecodeParams p = params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale,
-                                       out, k_scale, v_scale);
+  DecodeParams p = params_from_tensors(args);
   if (p.num_blocks == 0) p.max_blocks = 0;
   C10_CUDA_CHECK(encode_kv_map(p));
   LaunchShape shape{};

@@ -16,9 +16,14 @@ import torch
 
 from flint_attention import _C
 
+PAGE_TOKENS = 16  # tokens per cache block
+HEAD_DIMS = (64, 128, 256)  # the head dims the op takes
+MAX_GROUP = 16  # query heads per kv head: 1 to 16
+MAX_QUERY_TOKENS = 8  # query tokens per request: 1 to 8
+# The shape the CUDA kernels are compiled for today (the CPU path takes every
+# shape above), and the default of the testing helpers.
 HEAD_DIM = 128
 GQA = 8
-PAGE_TOKENS = 16
 
 # Whether this build has the CUDA kernel (setup.py builds without it where
 # there is no nvcc, or with FLINT_CPU_ONLY=1; CUDA tensors then raise).
@@ -122,7 +127,7 @@ def _check_tensors(tensors: dict) -> None:
     devices: the C++ check's words, for fake tensors, which are all on the
     meta device to C++."""
     for name, t in tensors.items():
-        optional = name in ("k_scale", "v_scale")
+        optional = name in ("sinks", "k_scale", "v_scale", "lse")
         if not isinstance(t, torch.Tensor) and not (optional and t is None):
             expected = "None or a tensor" if optional else "a tensor"
             raise TypeError(f"flint.decode_attention: {name} must be {expected}, got {_what(t)}")
@@ -140,29 +145,37 @@ def flint_decode_attention(
     kv_cache: torch.Tensor,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
-    sinks: torch.Tensor,
+    sinks: torch.Tensor | None,
     window: int | None,
     scale: float,
     out: torch.Tensor,
     *,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Paged decode attention with sinks, one query token per request.
+    """Paged decode attention with optional sinks, 1 to 8 query tokens per request.
 
-    For each request b and query head h (kv head h // 8), with L = seq_lens[b]
-    and the attended positions P = [max(L - window, 0), L) (all of [0, L) when
-    window is None), position p living in cache block block_tables[b, p // 16]
-    at row p % 16:
+    With G = num_heads / num_kv_heads query heads per kv head (1 to 16) and Q
+    query tokens per request: for each request b, query token i and query head
+    h (kv head h // G), token i sits at position t = L - Q + i with L =
+    seq_lens[b] and attends the positions P = [max(t + 1 - window, 0), t + 1)
+    (all of [0, t + 1) when window is None), position p living in cache block
+    block_tables[b, p // 16] at row p % 16:
 
-        s_p = scale * q[b, h] . K[p]
-        out[b, h] = sum_p exp(s_p) V[p] / (sum_p exp(s_p) + exp(sinks[h]))
+        s_p = scale * q[b, i, h] . K[p]
+        out[b, i, h] = sum_p exp(s_p) V[p] / (sum_p exp(s_p) + exp(sinks[h]))
+        lse[b, i, h] = log(sum_p exp(s_p) + exp(sinks[h]))
 
-    computed as the CUDA kernel does it: bf16 inputs, fp32 accumulation, P
-    rounded to bf16 for P V. ``seq_lens[b] == 0`` writes zeros.
+    (no sink term when sinks is None), computed as the CUDA kernels do it:
+    bf16 inputs, fp32 accumulation, P rounded to bf16 for P V. A token with no
+    position (t < 0, e.g. ``seq_lens[b] == 0``) writes zeros and an lse of
+    its sink (-inf without sinks). The CUDA kernels of this build serve head
+    dim 128, group 8, one query token, with sinks and without lse; other
+    shapes run on CPU tensors and raise a clear error on CUDA ones.
 
-    Non-finite values (README, Semantics): the formula in the limit. NaN in
-    q[b, h] or sinks[h] makes that head NaN, in an attended K row the 8 heads
+    Non-finite values (docs/semantics.md): the formula in the limit. NaN in
+    q[b, h] or sinks[h] makes that head NaN, in an attended K row the heads
     of its kv head, in an attended V element that dim of them. A logit of
     -inf (also q . K or its scaled value below -FLT_MAX) has no weight; all
     -inf give 0. A logit of +inf (or past FLT_MAX) makes the head NaN. A sink
@@ -176,10 +189,12 @@ def flint_decode_attention(
     number of kv heads; sequence lengths and block tables are read on the device.
 
     Args:
-        q: [B, num_heads, 128] bf16 queries, num_heads = 8 * num_kv_heads; the
-            last dim contiguous, rows 16-byte aligned.
-        kv_cache: [num_blocks, num_kv_heads, 16, 256] HND cache with K in
-            ``[..., :128]`` and V in ``[..., 128:]``, bf16 or fp8
+        q: [B, num_heads, D] (one query token per request) or [B, Q,
+            num_heads, D] (Q = 1 to 8) bf16 queries, D = 64, 128 or 256,
+            num_heads = G * num_kv_heads with G = 1 to 16; the last dim
+            contiguous, rows 16-byte aligned.
+        kv_cache: [num_blocks, num_kv_heads, 16, 2 * D] HND cache with K in
+            ``[..., :D]`` and V in ``[..., D:]``, bf16 or fp8
             (``torch.float8_e4m3fn``, storing x / scale); each (block, kv head)
             page contiguous and 16-byte aligned (a strided view of a larger
             allocation is fine).
@@ -191,20 +206,25 @@ def flint_decode_attention(
             dependent launch the kernel reads seq_lens, block_tables and sinks
             before the previous kernel on the stream has finished: that kernel
             must not write them (see the README; ``FLINT_PDL=0`` turns it off).
-        sinks: [num_heads] fp32 sink logits.
+        sinks: [num_heads] fp32 sink logits, or None for none.
         window: attend to the last ``window`` positions (an int >= 1, a
             numpy integer too; not a bool, a float or a tensor), or None for all.
-        scale: softmax scale, finite and > 0 (usually 128 ** -0.5): a float or
+        scale: softmax scale, finite and > 0 (usually head_dim ** -0.5): a float or
             an int, a numpy number too; not a tensor. Under torch.compile a
             numpy window or scale makes the call run eagerly (with
             fullgraph=True it is an error): torch.compile traces numpy numbers
             as tensors.
-        out: [B, num_heads, 128] bf16 output, written in place.
+        out: bf16 output of q's shape, written in place.
         k_scale, v_scale: with an fp8 cache only (and then both required):
             fp32 tensors of shape [1] (per tensor) or [num_kv_heads] on the
             cache's device, read on the device (a captured CUDA graph follows
             in-place changes); dequantized K = stored x k_scale, likewise V.
             Finite and > 0 (the CPU path checks; the GPU takes them on trust).
+        lse: None, or an fp32 tensor of q's shape without its last dim,
+            written in place with each query row's natural-log log-sum-exp
+            (sink included): what merging partial results over shards of
+            the context (context-parallel decode) needs. Give the sinks to
+            one shard only.
 
     Returns:
         ``out``.
@@ -220,16 +240,18 @@ def flint_decode_attention(
     if (
         compiling
         or type(q) is not _Tensor or type(kv_cache) is not _Tensor or type(block_tables) is not _Tensor
-        or type(seq_lens) is not _Tensor or type(sinks) is not _Tensor or type(out) is not _Tensor
+        or type(seq_lens) is not _Tensor or type(out) is not _Tensor
+        or (sinks is not None and type(sinks) is not _Tensor)
         or (k_scale is not None and type(k_scale) is not _Tensor)
         or (v_scale is not None and type(v_scale) is not _Tensor)
+        or (lse is not None and type(lse) is not _Tensor)
     ):
         _check_tensors(dict(q=q, kv_cache=kv_cache, block_tables=block_tables, seq_lens=seq_lens,
-                            sinks=sinks, out=out, k_scale=k_scale, v_scale=v_scale))
+                            sinks=sinks, out=out, k_scale=k_scale, v_scale=v_scale, lse=lse))
     if compiling:
         window, scale = _window_arg(window), _scale_arg(scale)
     torch.ops.flint.decode_attention(
-        q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale
+        q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale, lse
     )
     return out
 

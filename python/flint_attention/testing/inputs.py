@@ -20,15 +20,16 @@ DEFAULT_FP8_SCALE = 4.0 / FP8_MAX
 
 
 class PagedInputs(NamedTuple):
-    q: torch.Tensor  # [B, 8 * kvh, 128] bf16
-    kv_cache: torch.Tensor  # [num_blocks, kvh, 16, 256] bf16 or float8_e4m3fn
+    q: torch.Tensor  # [B, G * kvh, D] (or [B, Q, G * kvh, D]) bf16
+    kv_cache: torch.Tensor  # [num_blocks, kvh, 16, 2 * D] bf16 or float8_e4m3fn
     block_tables: torch.Tensor  # [B, max_blocks] int32
     seq_lens: torch.Tensor  # [B] int32
-    sinks: torch.Tensor  # [8 * kvh] fp32
-    out: torch.Tensor  # [B, 8 * kvh, 128] bf16, NaN-filled
+    sinks: torch.Tensor | None  # [G * kvh] fp32, or None
+    out: torch.Tensor  # like q, NaN-filled
     seed: int  # reproduces these inputs: make_paged_inputs(..., seed=seed)
     k_scale: torch.Tensor | None = None  # fp8 cache: [1] or [kvh] fp32
     v_scale: torch.Tensor | None = None
+    lse: torch.Tensor | None = None  # q's shape without D, fp32, NaN-filled (with_lse)
 
 
 def _poison_row(length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -74,6 +75,11 @@ def make_paged_inputs(
     kv_dtype: torch.dtype = torch.bfloat16,
     k_scale: float | Sequence[float] | None = None,
     v_scale: float | Sequence[float] | None = None,
+    group: int = GQA,
+    head_dim: int = HEAD_DIM,
+    q_tokens: int | None = None,
+    with_sinks: bool = True,
+    with_lse: bool = False,
 ) -> PagedInputs:
     """Random inputs for one call, built to catch reads of anything not attended.
 
@@ -102,6 +108,12 @@ def make_paged_inputs(
         k_scale, v_scale: fp8 only: one scale (per tensor) or one per kv head;
             the cache stores x / scale of unit-variance x (saturated at +-448).
             Default: 4 / 448 per tensor, what calibrating unit data gives.
+        group, head_dim: query heads per kv head (1-16) and the head dim (64,
+            128 or 256).
+        q_tokens: None for q of [B, H, D] (one query token); an int Q for
+            [B, Q, H, D], the last Q positions of each request.
+        with_sinks: sinks N(0, 1) * 2, or None.
+        with_lse: also an lse output, NaN-filled.
     """
     lens = [seq_lens] * batch if isinstance(seq_lens, int) else [int(x) for x in seq_lens]
     assert len(lens) == batch, f"{len(lens)} seq_lens for batch {batch}"
@@ -113,7 +125,8 @@ def make_paged_inputs(
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
     cpu_gen = torch.Generator().manual_seed(seed)
-    num_heads = GQA * num_kv_heads
+    num_heads = group * num_kv_heads
+    tokens = 1 if q_tokens is None else q_tokens
 
     # Block tables, built on the host: each request's pages in order, drawn
     # from a shared prefix pool and then from private pages.
@@ -138,11 +151,11 @@ def make_paged_inputs(
     # Which (block, row) slots some request attends; the rest get poisoned.
     attended = torch.zeros(num_blocks, PAGE_TOKENS, dtype=torch.bool)
     for b, n in enumerate(lens):
-        span = attended_span(n, window)
+        span = attended_span(n, window, tokens)
         pos = torch.arange(span.start, span.stop)
         attended[table[b, pos // PAGE_TOKENS], pos % PAGE_TOKENS] = True
 
-    shape = (num_blocks, num_kv_heads, PAGE_TOKENS, 2 * HEAD_DIM)
+    shape = (num_blocks, num_kv_heads, PAGE_TOKENS, 2 * head_dim)
     poison_row = _poison_row(shape[-1], kv_dtype, device)
     if strided_cache:
         # Two spare blocks in front, one behind, a spare kv head: the view's
@@ -156,23 +169,28 @@ def make_paged_inputs(
     scales = (None, None)
     if fp8:
         scales = (_scale_tensor(k_scale, num_kv_heads, device), _scale_tensor(v_scale, num_kv_heads, device))
-        kv_cache[..., :HEAD_DIM] = quantize_fp8(values[..., :HEAD_DIM], scales[0])
-        kv_cache[..., HEAD_DIM:] = quantize_fp8(values[..., HEAD_DIM:], scales[1])
+        kv_cache[..., :head_dim] = quantize_fp8(values[..., :head_dim], scales[0])
+        kv_cache[..., head_dim:] = quantize_fp8(values[..., head_dim:], scales[1])
     else:
         kv_cache.copy_(values)
     if poison:
         # [block, row, kv head, 256] view: the mask picks (block, row) slots.
         kv_cache.permute(0, 2, 1, 3)[~attended.to(device)] = poison_row
 
+    rows = (batch, num_heads) if q_tokens is None else (batch, q_tokens, num_heads)
     if strided_io:
-        # q stored head-major ([H, B, 128] transposed), out inside wider rows.
-        q = torch.randn(num_heads, batch, HEAD_DIM, generator=gen, device=device, dtype=torch.bfloat16).transpose(0, 1)
-        out = torch.full((batch, num_heads, 2 * HEAD_DIM), math.nan, dtype=torch.bfloat16, device=device)
-        out = out[..., 64 : 64 + HEAD_DIM]
+        # q stored head-major ([H, ..., D] with the heads first), out inside wider rows.
+        q = torch.randn(num_heads, *rows[:-1], head_dim, generator=gen, device=device, dtype=torch.bfloat16)
+        q = q.movedim(0, -2)
+        out = torch.full((*rows, 2 * head_dim), math.nan, dtype=torch.bfloat16, device=device)
+        out = out[..., 32 : 32 + head_dim]
     else:
-        q = torch.randn(batch, num_heads, HEAD_DIM, generator=gen, device=device, dtype=torch.bfloat16)
-        out = torch.full((batch, num_heads, HEAD_DIM), math.nan, dtype=torch.bfloat16, device=device)
+        q = torch.randn(*rows, head_dim, generator=gen, device=device, dtype=torch.bfloat16)
+        out = torch.full((*rows, head_dim), math.nan, dtype=torch.bfloat16, device=device)
     sinks = 2 * torch.randn(num_heads, generator=gen, device=device)
+    if not with_sinks:
+        sinks = None
+    lse = torch.full(rows, math.nan, dtype=torch.float32, device=device) if with_lse else None
     return PagedInputs(
         q=q,
         kv_cache=kv_cache,
@@ -183,4 +201,5 @@ def make_paged_inputs(
         seed=seed,
         k_scale=scales[0],
         v_scale=scales[1],
+        lse=lse,
     )

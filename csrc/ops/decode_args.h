@@ -1,0 +1,32 @@
+// The arguments of one flint::decode_attention call, as the dispatcher hands
+// them over. Only the dispatcher entry points (CPU, CUDA, Meta, Autograd, the
+// build without the CUDA kernel) spell the signature out; everything behind
+// them takes this struct. It refers to the caller's tensors: it lives no
+// longer than the call.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+namespace flint {
+
+struct DecodeArgs {
+  const at::Tensor& q;             // [B, H, D] or [B, Q, H, D] bf16
+  const at::Tensor& kv_cache;      // [num_blocks, Hkv, 16, 2 D] bf16 or fp8 e4m3
+  const at::Tensor& block_tables;  // [B, max_blocks] int32
+  const at::Tensor& seq_lens;      // [B] int32
+  const std::optional<at::Tensor>& sinks;  // [H] fp32, or none
+  std::optional<int64_t> window;
+  double scale;
+  const at::Tensor& out;           // like q
+  const std::optional<at::Tensor>& k_scale;  // fp8 cache only: [1] or [Hkv] fp32
+  const std::optional<at::Tensor>& v_scale;
+  const std::optional<at::Tensor>& lse;      // q's shape without D, fp32, or none
+
+  // The dims of q and out: 3 for one query token per request, 4 for several.
+  bool multi_token() const { return q.dim() == 4; }
+};
+
+}  // namespace flint
