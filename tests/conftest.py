@@ -82,14 +82,14 @@ def run_op(inp: PagedInputs, window: int | None, scale: float = DEFAULT_SCALE) -
     """Calls the op on ``inp`` (writing inp.out) and returns out."""
     return flint_decode_attention(
         inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, scale, inp.out,
-        k_scale=inp.k_scale, v_scale=inp.v_scale,
+        k_scale=inp.k_scale, v_scale=inp.v_scale, lse=inp.lse,
     )
 
 
-def reference(inp: PagedInputs, window: int | None, scale: float = DEFAULT_SCALE) -> torch.Tensor:
+def reference(inp: PagedInputs, window: int | None, scale: float = DEFAULT_SCALE, **kwargs):
     return reference_decode_attention(
         inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window, scale,
-        inp.k_scale, inp.v_scale,
+        inp.k_scale, inp.v_scale, **kwargs,
     )
 
 
@@ -105,7 +105,7 @@ def cpu_path(inp: PagedInputs, window: int | None, scale: float = DEFAULT_SCALE)
         inp.kv_cache.cpu(),
         inp.block_tables.cpu(),
         inp.seq_lens.cpu(),
-        inp.sinks.cpu(),
+        _cpu(inp.sinks),
         window,
         scale,
         out,

@@ -66,13 +66,13 @@ Span attended_span(const DecodeParams& p, int b, int i) {
   return {static_cast<int>(start), static_cast<int>(end)};
 }
 
-// The positions any query token of request b attends to (their union: the
-// spans all end at consecutive positions).
+// The positions any query token of request b attends to: their union, from
+// the first token at a position >= 0 to the last token (the spans end at
+// consecutive positions).
 Span request_span(const DecodeParams& p, int b) {
-  const Span first = attended_span(p, b, 0);
+  const Span first = attended_span(p, b, std::max(p.q_tokens - p.seq_lens[b], 0));
   const Span last = attended_span(p, b, p.q_tokens - 1);
-  if (last.empty()) return last;
-  return {first.empty() ? last.start : std::min(first.start, last.start), last.end};
+  return last.empty() ? last : Span{first.start, last.end};
 }
 
 // The fp8 scale of kv head kvh (1 for a bf16 cache).
@@ -146,13 +146,12 @@ void attend(const DecodeParams& p, int b, int kvh, Scratch& w) {
     return p.sinks == nullptr ? neg_inf : p.sinks[head_of(r)] * kLog2eF;
   };
   // lse = ln(sum_p exp(s_p) + exp(sink)) from the log2 domain: ln 2 x (m c +
-  // log2(l + 2^(sink - m c))); with m c = -inf only the sink is left.
+  // log2(l + 2^(sink - m c))); with m c = -inf only the sink is left, as given.
   const auto write_lse = [&](int r, float ms, float l) {
     if (p.lse == nullptr) return;
-    const float sink = sink_log2(r);
-    const float lse2 = ms == neg_inf ? sink : ms + std::log2(l + std::exp2(sink - ms));
-    p.lse[b * p.lse_stride_b + (r / group) * p.lse_stride_t + head_of(r) * p.lse_stride_h] =
-        lse2 * kLn2F;
+    const float lse = ms == neg_inf ? (p.sinks == nullptr ? neg_inf : p.sinks[head_of(r)])
+                                    : (ms + std::log2(l + std::exp2(sink_log2(r) - ms))) * kLn2F;
+    p.lse[b * p.lse_stride_b + (r / group) * p.lse_stride_t + head_of(r) * p.lse_stride_h] = lse;
   };
 
   Span tokens[kMaxQueryTokens];

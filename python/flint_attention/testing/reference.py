@@ -39,10 +39,10 @@ def attended_span(seq_len: int, window: int | None, q_tokens: int = 1, token: in
     ``q_tokens`` query tokens attends to: its own position seq_len - q_tokens
     + token and the window before it. ``token=None``: the union over the
     request's query tokens (what a call reads)."""
-    if token is None:
+    if token is None:  # from the first token at a position >= 0 to the last token
+        first = attended_span(seq_len, window, q_tokens, max(q_tokens - seq_len, 0))
         last = attended_span(seq_len, window, q_tokens, q_tokens - 1)
-        first = attended_span(seq_len, window, q_tokens, 0)
-        return range(first.start if len(first) else last.start, last.stop) if len(last) else range(0)
+        return range(first.start, last.stop) if len(last) else range(0)
     end = seq_len - q_tokens + token + 1
     if end <= 0:
         return range(0)
