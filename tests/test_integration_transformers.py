@@ -39,9 +39,13 @@ pytest.importorskip("transformers", reason="needs the transformers extra: pip in
 from flint_attention.integrations import transformers as flint_tf  # noqa: E402
 
 # Max |flint - eager| over the vocabulary, per request and step, for the
-# logits of the random models below (std ~1), measured with the CPU path: at
-# most 0.08. A window off by one, the sinks of another kv group or
-# interleaved GQA groups move them by 0.4 or more.
+# logits of the random models below (std ~1), measured with the CPU path
+# (FlintForCausalLM, 12 steps, prompt seeds 1-4) and with reference_op (all
+# three): at most 0.09. The errors this test exists to catch move them far
+# more by the second decode step: a window off by one by 0.78 or more, the
+# sinks of the next kv group by 0.47, interleaved GQA groups by 3.9
+# (FlintForCausalLM). FLINT_ERROR_LOG=path records what each run measures
+# (a JSON line per comparison).
 LOGIT_BOUND = 0.2
 # Two logits that each move by no more than the noise can swap places only if
 # they were about twice the noise apart or closer: a token flip is accepted
@@ -51,15 +55,16 @@ STEPS = 12
 
 # Per model: its builder's arguments and the prompts' lengths on the CPU
 # (shorter than the window, crossing it during the decode, longer than it).
+# The prompts' seed: one without a near tie in these steps (reference_op).
 MODELS = {
-    "flint": (flint_tf.random_flint, dict(window=32), [5, 30, 70]),
-    "gpt_oss": (flint_tf.random_gpt_oss, dict(), [9, 124, 150]),
-    "qwen3": (flint_tf.random_qwen3, dict(), [5, 30, 70]),
+    "flint": (flint_tf.random_flint, dict(window=32), [5, 30, 70], 2),
+    "gpt_oss": (flint_tf.random_gpt_oss, dict(), [9, 124, 150], 2),
+    "qwen3": (flint_tf.random_qwen3, dict(), [5, 30, 70], 0),
 }
 GPU_EXTRA_LEN = 2048
 
 
-def make_prompts(lens, vocab_size: int, seed: int = 0) -> list[list[int]]:
+def make_prompts(lens, vocab_size: int, seed: int) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
     return [torch.randint(1, vocab_size, (n,), generator=gen).tolist() for n in lens]
 
@@ -111,9 +116,9 @@ def check_generation(flint, eager, prompt_width: int) -> None:
 
 
 def build(kind: str, device: str = "cpu", extra_len: int | None = None):
-    builder, kwargs, lens = MODELS[kind]
+    builder, kwargs, lens, seed = MODELS[kind]
     model = builder(device=device, **kwargs)
-    prompts = make_prompts(lens + ([extra_len] if extra_len else []), model.config.vocab_size)
+    prompts = make_prompts(lens + ([extra_len] if extra_len else []), model.config.vocab_size, seed)
     ids, mask = (x.to(device) for x in flint_tf.left_padded(prompts))
     return model, ids, mask
 
@@ -130,6 +135,8 @@ def test_cpu_generate_matches_eager(cpu_reference):
     flint = flint_generate_by_hand(model, ids, mask)
     assert torch.equal(flint.logits[0], eager.logits[0]), "the prefill is eager's"
     check_generation(flint, eager, ids.shape[1])
+    if kind == "flint":  # the model the op was made for; no near tie in these prompts on the CPU path
+        assert torch.equal(flint.sequences, eager.sequences)
 
 
 def test_flint_generate_matches_eager(cpu_reference):
@@ -140,6 +147,46 @@ def test_flint_generate_matches_eager(cpu_reference):
                                     return_dict_in_generate=True, output_logits=True)
     assert model.config._attn_implementation != "flint"  # set back
     check_generation(flint, eager, ids.shape[1])
+
+
+def reference_op(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, **kwargs):
+    """The op's semantics in plain torch (fp32), for any group, head_dim and
+    number of query tokens: query token i of Q attends to the positions
+    ``[end - window, end)``, ``end = seq_len - Q + i + 1``; head h reads kv head
+    h // G; the sink is one more logit of weight ``exp(sinks[h])``."""
+    one = q.dim() == 3
+    queries = q[:, None] if one else q  # [B, Q, H, D]
+    tokens, heads, head_dim = queries.shape[1:]
+    group = heads // kv_cache.shape[1]
+    result = torch.empty_like(queries)
+    for b in range(queries.shape[0]):
+        length = int(seq_lens[b])
+        position = torch.arange(length, device=kv_cache.device)
+        pages = kv_cache[block_tables[b, position // 16].long(), :, position % 16].float()  # [L, kvH, 2D]
+        k = pages[..., :head_dim].repeat_interleave(group, 1)
+        v = pages[..., head_dim:].repeat_interleave(group, 1)
+        for i in range(tokens):
+            end = length - tokens + i + 1
+            start = 0 if window is None else max(end - window, 0)
+            logits = torch.einsum("hd,lhd->hl", queries[b, i].float(), k[start:end]) * scale
+            if sinks is not None:
+                logits = torch.cat([logits, sinks[:, None].float()], 1)
+            weights = logits.softmax(-1)[:, : end - start]
+            result[b, i] = torch.einsum("hl,lhd->hd", weights, v[start:end]).to(result.dtype)
+    return out.copy_(result[:, 0] if one else result)
+
+
+@pytest.mark.parametrize("kind", ["gpt_oss", "qwen3"])
+def test_cpu_generate_matches_eager_with_a_reference_op(kind, monkeypatch):
+    """The integration alone, whatever shapes the op runs: the op replaced by
+    its semantics in plain torch, for the models of other shapes than
+    FlintForCausalLM's (head_dim 64; 4 query heads per kv head, no sinks)."""
+    model, ids, mask = build(kind)
+    eager = eager_generate(model, ids, mask, steps=6)
+    monkeypatch.setattr(flint_tf, "flint_decode_attention", reference_op)
+    flint = flint_generate_by_hand(model, ids, mask, steps=6)
+    check_generation(flint, eager, ids.shape[1])
+    assert torch.equal(flint.sequences, eager.sequences)
 
 
 _REAL_ATTEND = flint_tf.FlintPagedCache.attend
@@ -159,10 +206,15 @@ def _interleaved_groups(self, layer, query, sinks, window, scale):
     return out.unflatten(2, (kv_heads, self.group)).transpose(2, 3).flatten(2, 3)
 
 
-@pytest.mark.parametrize("error", ["window+1", "window-1", "sinks-of-the-other-group", "gqa-interleaved"])
-def test_check_catches_convention_errors(error, monkeypatch):
+@pytest.fixture(scope="module")
+def short_reference():
     model, ids, mask = build("flint")
-    eager = eager_generate(model, ids, mask, steps=4)
+    return model, ids, mask, eager_generate(model, ids, mask, steps=4)
+
+
+@pytest.mark.parametrize("error", ["window+1", "window-1", "sinks-of-the-other-group", "gqa-interleaved"])
+def test_check_catches_convention_errors(short_reference, error, monkeypatch):
+    model, ids, mask, eager = short_reference
     if error.startswith("window"):
         window = model.config.sliding_window + (1 if error == "window+1" else -1)
         for layer in model.model.layers:

@@ -302,16 +302,21 @@ class FlintPagedCache(Cache):
             pages[block, :, row, :d] = key[request, :, column].to(pages.dtype)
             pages[block, :, row, d:] = value[request, :, column].to(pages.dtype)
 
+    def keep_sinks(self, layer: int, sinks: torch.Tensor) -> torch.Tensor:
+        """The layer's sinks as the op takes them (fp32, contiguous), made
+        once, in the prefill: so that no kernel writes them right before the
+        op (see the README's programmatic dependent launch), and none at all
+        in a captured decode step."""
+        if layer not in self._sinks:
+            self._sinks[layer] = sinks.detach().float().contiguous()
+        return self._sinks[layer]
+
     def attend(self, layer: int, query: torch.Tensor, sinks: torch.Tensor | None, window: int | None,
                scale: float) -> torch.Tensor:
         """Flint over the pages for this step's T tokens: ``[B, H, T, D]`` ->
         ``[B, T, H, D]``."""
         if sinks is not None:
-            if layer not in self._sinks:
-                # Made once, so that no kernel writes the sinks right before the op (see the README's
-                # programmatic dependent launch); the first call is eager, before any graph capture.
-                self._sinks[layer] = sinks.detach().float().contiguous()
-            sinks = self._sinks[layer]
+            sinks = self.keep_sinks(layer, sinks)
         tokens = query.shape[2]
         q = query[:, :, 0] if tokens == 1 else query.transpose(1, 2).contiguous()
         out = torch.empty_like(q)
@@ -356,6 +361,7 @@ def flint_attention_forward(
         # The prompt's own K/V are all there is to attend to: the model's eager attention, with
         # transformers' causal / sliding / padding mask.
         if s_aux is not None:
+            cache.keep_sinks(layer, s_aux)
             kwargs["s_aux"] = s_aux
         return _eager_attention(module)(module, query, key, value, attention_mask, scaling=scaling,
                                         dropout=dropout, sliding_window=sliding_window, **kwargs)
