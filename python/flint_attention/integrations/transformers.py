@@ -314,9 +314,7 @@ class FlintPagedCache(Cache):
     def attend(self, layer: int, query: torch.Tensor, sinks: torch.Tensor | None, window: int | None,
                scale: float) -> torch.Tensor:
         """Flint over the pages for this step's T tokens: ``[B, H, T, D]`` ->
-        ``[B, T, H, D]``."""
-        if sinks is not None:
-            sinks = self.keep_sinks(layer, sinks)
+        ``[B, T, H, D]``; ``sinks`` fp32 ``[H]`` (``keep_sinks``) or None."""
         tokens = query.shape[2]
         q = query[:, :, 0] if tokens == 1 else query.transpose(1, 2).contiguous()
         out = torch.empty_like(q)
@@ -365,7 +363,8 @@ def flint_attention_forward(
             kwargs["s_aux"] = s_aux
         return _eager_attention(module)(module, query, key, value, attention_mask, scaling=scaling,
                                         dropout=dropout, sliding_window=sliding_window, **kwargs)
-    return cache.attend(layer, query, s_aux, sliding_window, scaling), None
+    sinks = None if s_aux is None else cache.keep_sinks(layer, s_aux)
+    return cache.attend(layer, query, sinks, sliding_window, scaling), None
 
 
 def decode_step(model, cache: FlintPagedCache, input_ids: torch.Tensor) -> torch.Tensor:
