@@ -10,7 +10,7 @@ with the model's own eager attention, and every later step runs
 ``torch.ops.flint.decode_attention`` on the pool::
 
     flint_attention.integrations.transformers.register()
-    model.set_attn_implementation("flint")
+    model.set_attn_implementation("flint")  # or attn_implementation="flint" when loading it
     cache = FlintPagedCache(model.config, batch_size, max_tokens, device)
     out = model.generate(input_ids, attention_mask=mask, past_key_values=cache, max_new_tokens=n)
 
@@ -25,7 +25,7 @@ calls ``past_key_values.update(key, value, layer_idx)`` and then the "flint"
 function. ``update`` returns the new K/V unchanged and marks the cache as the
 one that layer is running on; the "flint" function takes it from there (the
 model does not pass the cache itself to attention functions), writes the new
-K/V into the pool and attends.
+K/V into the pool and attends. (So one forward at a time per process.)
 
 How an attention layer maps onto the op (query ``[B, H, T, D]``, key/value
 ``[B, kvH, T, D]``, the layer's T new tokens, rotary applied where the layer
