@@ -21,7 +21,10 @@ How the two are compared (check_generation), per request:
 
 The bound is what convention errors break: the tests give Flint a window off
 by one, sinks of the wrong heads and the wrong GQA grouping, and require the
-check to fail.
+check to fail. reference_op (the op's semantics in plain torch) checks the
+integration alone for the shapes of the other two models, and what each
+model hands the op (its group, head_dim, sinks or None, window, scale) is
+checked with the op replaced by a recorder.
 """
 
 from __future__ import annotations
