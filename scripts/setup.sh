@@ -42,8 +42,9 @@ done
 # setuptools 77 reads the license as an SPDX expression (pyproject.toml).
 "$PY" -c 'from importlib.metadata import version; raise SystemExit(int(version("setuptools").split(".")[0]) < 77)' \
   2>/dev/null || missing+=("setuptools>=77")
-# The transformers integration and its tests (the GPU machine has this version).
-"$PY" -c "import transformers" 2>/dev/null || missing+=("transformers==5.17.0")
+# The transformers integration and its tests: this version (FlintForCausalLM is new in it).
+"$PY" -c 'from importlib.metadata import version; raise SystemExit(version("transformers") != "5.23.0")' \
+  2>/dev/null || missing+=("transformers==5.23.0")
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   "$PY" -m pip install "${missing[@]}"

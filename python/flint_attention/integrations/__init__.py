@@ -3,7 +3,9 @@
 Each adapter is a submodule that imports its library itself, so that
 ``import flint_attention`` never needs them:
 
-- ``flint_attention.integrations.transformers``: a Hugging Face transformers
-  GptOss model that prefills with its own attention and decodes with Flint on
-  a paged KV pool (``pip install 'flint-attention[transformers]'``).
+- ``flint_attention.integrations.transformers``: Hugging Face transformers
+  models (FlintForCausalLM, GptOss, Qwen3, Llama...) generating with the
+  attention "flint" and a ``FlintPagedCache``: the prefill with the model's
+  own attention, every later step with Flint on a paged KV pool
+  (``pip install 'flint-attention[transformers]'``).
 """

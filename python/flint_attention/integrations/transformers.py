@@ -1,64 +1,82 @@
-"""Flint as the decode attention of a Hugging Face transformers GptOss model.
+"""Flint as the decode attention of Hugging Face transformers models.
 
-GptOss has every feature Flint serves: attention sinks (one logit per query
-head), sliding-window layers alternating with full ones, grouped-query
-attention and rotary embeddings applied to K before it is cached. With this
-module such a model (head_dim 128, 8 query heads per kv head, bf16) prefills
-with transformers' own GptOss eager attention and then decodes every token
-with ``torch.ops.flint.decode_attention`` on a paged KV pool
-(``FlintPagedCache``: 16-token pages, one block table row and one seq_len per
-request, requests of different lengths in one batch).
+``register()`` adds the attention function "flint" to transformers'
+``AttentionInterface`` (and a mask function under the same name to
+``AttentionMaskInterface``). A model set to it generates with a
+``FlintPagedCache`` as its ``past_key_values``: the cache keeps every layer's
+K/V in Flint's paged pool (16-token pages, one block table row and one
+seq_len per request, pages scattered over the pool), the prompt is prefilled
+with the model's own eager attention, and every later step runs
+``torch.ops.flint.decode_attention`` on the pool::
 
-It plugs in through transformers' public interfaces: ``register()`` adds the
-attention function under the name "flint" to ``AttentionInterface`` (and
-transformers' eager masks under the same name to ``AttentionMaskInterface``,
-for the prefill), and the cache travels to every attention call as the
-``flint_cache`` keyword argument of the model's forward, which transformers
-hands through to the attention function (its own continuous batching passes
-its paged cache the same way, with ``use_cache=False`` so that the model makes
-no cache of its own).
+    flint_attention.integrations.transformers.register()
+    model.set_attn_implementation("flint")  # or attn_implementation="flint" when loading it
+    cache = FlintPagedCache(model.config, batch_size, max_tokens, device)
+    out = model.generate(input_ids, attention_mask=mask, past_key_values=cache, max_new_tokens=n)
 
-How one GptOss attention layer maps onto the op in a decode step:
+or, the same in one call, ``flint_generate(model, input_ids, attention_mask=mask,
+max_new_tokens=n)`` (``cuda_graph=True``: every decode step is a replay of
+one captured CUDA graph). Served: any bf16 model whose attention goes through
+``AttentionInterface`` with GQA: FlintForCausalLM, GptOssForCausalLM,
+Qwen3ForCausalLM, LlamaForCausalLM and the like.
 
-- q: the layer's rotary-applied ``query_states[:, :, 0]``, ``[B, 8 * kvH, 128]``.
-- K/V: the new token's rotary-applied key and its value are first written into
-  row ``p % 16`` of block ``block_tables[b, p // 16]`` of that layer's pool,
-  ``p = seq_lens[b] - 1`` (seq_lens count the current token).
-- window: the layer's ``sliding_window`` (None on full-attention layers), as
-  is. transformers' sliding mask lets query position i see key j iff
-  ``i - W < j <= i``: the last W positions, the current one included, which is
-  exactly Flint's ``[L - W, L)`` with ``L = i + 1``. (Its sliding cache keeps
-  W - 1 past tokens for the same reason.)
-- sinks: the layer's ``sinks`` parameter (passed as ``s_aux``), one logit per
-  query head, as fp32.
-- GQA: query head h reads kv head h // 8 in both (transformers' ``repeat_kv``
-  order), so the heads go in unpermuted.
-- scale: the layer's ``scaling`` (head_dim ** -0.5).
+How transformers hands the cache to the attention: a model's attention layer
+calls ``past_key_values.update(key, value, layer_idx)`` and then the "flint"
+function. ``update`` returns the new K/V unchanged and marks the cache as the
+one that layer is running on; the "flint" function takes it from there (the
+model does not pass the cache itself to attention functions), writes the new
+K/V into the pool and attends. (So one forward at a time per process.)
 
-``python -m flint_attention.integrations.transformers --demo`` decodes a random
-GptOss model with both backends and prints their tokens side by side with the
-time of a decode step.
+How an attention layer maps onto the op (query ``[B, H, T, D]``, key/value
+``[B, kvH, T, D]``, the layer's T new tokens, rotary applied where the layer
+applies it; Flint's full-attention layers apply none):
+
+- q: ``query`` as ``[B, H, D]`` (T = 1) or ``[B, T, H, D]`` (T new tokens per
+  request, e.g. speculative decoding).
+- K/V write: token p of request b (0-based, pads not counted) goes to row
+  ``p % 16`` of block ``block_tables[b, p // 16]`` of the layer's pool
+  ``[num_blocks, kvH, 16, 2 * D]``, K in the first half of the last dim, V in
+  the second. seq_lens count every token written, the current ones included.
+  Left padding (``generate``'s) is dropped: a request's tokens start at p = 0,
+  as its position ids do.
+- window: the layer's ``sliding_window`` (None on full-attention layers, and
+  on models without one) as is: transformers' sliding mask lets query i see
+  key j iff ``i - W < j <= i``, the last W positions with the current one,
+  which is Flint's ``[L - W, L)`` for ``L = i + 1``.
+- sinks: the layer's ``s_aux`` (its ``sinks`` parameter) as fp32, one logit
+  per query head; None for models without sinks (they pass no ``s_aux``).
+- GQA: query head h reads kv head ``h // G``, ``G = H // kvH``, in both
+  (transformers' ``repeat_kv`` order): the heads go in unpermuted. G and D are
+  the model's (``num_attention_heads // num_key_value_heads``, ``head_dim``).
+- scale: the layer's ``scaling``.
+
+The prefill (the first forward, into an empty cache) runs the model's own
+``eager_attention_forward`` on the prompt with transformers' mask (the "flint"
+mask function is eager's there, and None afterwards: Flint masks by seq_lens
+and window), so its logits are eager's exactly.
+
+``python -m flint_attention.integrations.transformers --demo`` generates with
+a small random FlintForCausalLM through both attentions and prints the tokens.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import statistics
 import sys
 import time
 from collections.abc import Iterator, Sequence
 
 import torch
 
-from flint_attention.ops import GQA, HEAD_DIM, PAGE_TOKENS, flint_decode_attention
+from flint_attention.ops import flint_decode_attention
 
 try:
     import transformers
-    from transformers import AttentionInterface, AttentionMaskInterface, DynamicCache
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.cache_utils import Cache, CacheLayerMixin
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
     from transformers.masking_utils import eager_mask
-    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward as gpt_oss_eager_attention
 except ImportError as exc:  # the optional extra is not installed
     raise ImportError(
         "flint_attention.integrations.transformers needs transformers: "
@@ -66,61 +84,145 @@ except ImportError as exc:  # the optional extra is not installed
     ) from exc
 
 ATTN_IMPLEMENTATION = "flint"
+PAGE_TOKENS = 16  # rows of a page: kv_cache is [num_blocks, kvH, 16, 2 * D]
+
+# The cache whose update() ran last, and for which layer: the model calls
+# past_key_values.update() right before the attention function, which takes
+# the cache from here.
+_current: list = [None, -1]
 
 
 def register() -> str:
     """Registers Flint with transformers (idempotent) and returns the name to
-    pass to ``model.set_attn_implementation``."""
+    pass to ``model.set_attn_implementation`` / ``attn_implementation=``."""
     AttentionInterface.register(ATTN_IMPLEMENTATION, flint_attention_forward)
-    # The prefill runs GptOss's eager attention, so it needs eager's masks;
-    # decode steps build none (decode_step passes None for them).
-    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, eager_mask)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, flint_mask)
     return ATTN_IMPLEMENTATION
 
 
-class FlintPagedCache:
-    """The paged K/V of a batch of requests, for every attention layer.
+def flint_mask(*args, q_offset=0, **kwargs):
+    """The "flint" mask function: eager's for the prefill (no cached tokens
+    before the query), none afterwards (Flint masks by seq_lens and window)."""
+    if not isinstance(q_offset, torch.Tensor) and q_offset > 0:
+        return None
+    return eager_mask(*args, q_offset=q_offset, **kwargs)
 
-    ``kv[layer]`` is Flint's cache layout ``[num_blocks, kvH, 16, 256]`` (K in
-    ``[..., :128]``, V in ``[..., 128:]``). All layers use the same block ids,
-    so one block table row and one seq_len per request serve every layer.
-    One cache serves one batch: ``start`` it with the prompts' lengths, then
-    ``advance`` it before every decode step. The host decides which pages a
-    request gets and keeps its own copy of the tables and lengths; the device
-    tensors are updated in place, so that a captured CUDA graph reads the new
-    values. Pages come from a free list in a scrambled order: nothing may
-    assume that a request's pages are adjacent.
+
+def _text_config(config):
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+class _FlintLayer(CacheLayerMixin):
+    """One layer's view of a FlintPagedCache (what transformers' Cache API
+    asks of a layer); the pool and the lengths are the cache's."""
+
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, cache: FlintPagedCache, batch_size: int, sliding: bool):
+        super().__init__()
+        self.cache, self.batch_size, self.is_sliding = cache, batch_size, sliding
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        pass
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        return key_states, value_states
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.cache.get_seq_length() + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def get_max_length(self) -> int:
+        return self.cache.max_blocks * PAGE_TOKENS
+
+    def reset(self) -> None:
+        pass
+
+
+class FlintPagedCache(Cache):
+    """The paged K/V of a batch of requests, for every attention layer: a
+    transformers ``Cache`` to pass as ``past_key_values`` to ``generate`` or
+    to the model's forward, with the attention set to "flint".
+
+    ``kv[layer]`` is Flint's cache layout ``[num_blocks, kvH, 16, 2 * D]``.
+    All layers use the same block ids, so one block table row and one seq_len
+    per request serve every layer. One cache serves one batch, from its
+    prefill on. The host decides which pages a request gets and keeps its own
+    copy of the tables and lengths; the device tensors are updated in place
+    (a captured CUDA graph reads the new values). Pages come from a free list
+    in a scrambled order: nothing may assume that a request's pages are
+    adjacent.
+
+    Steps: inside ``generate`` (or a plain forward) each forward after the
+    prefill takes its T new tokens per request by itself. A host loop that
+    replays a CUDA graph calls ``advance(T)`` before each step and runs it
+    with ``decode_step`` / ``GraphedDecodeStep`` instead.
 
     Sliding-window layers keep every token here too; an engine could give
     their pages back once they fall out of the window, since Flint reads only
     the attended ones.
     """
 
-    def __init__(self, config, batch_size: int, max_tokens: int, device: torch.device | str):
-        kv_heads, heads, head_dim = config.num_key_value_heads, config.num_attention_heads, config.head_dim
-        if head_dim != HEAD_DIM or heads != GQA * kv_heads:
-            raise ValueError(
-                f"Flint needs head_dim {HEAD_DIM} and {GQA} query heads per kv head; the model has "
-                f"head_dim {head_dim}, {heads} query heads and {kv_heads} kv heads"
-            )
-        self.batch_size = batch_size
+    def __init__(self, config, batch_size: int, max_tokens: int, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.bfloat16):
+        config = _text_config(config)
+        kv_heads, heads = config.num_key_value_heads, config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        if heads % kv_heads:
+            raise ValueError(f"{heads} query heads do not group over {kv_heads} kv heads")
+        self.config, self._batch, self.head_dim = config, batch_size, head_dim
+        self.group = heads // kv_heads
         self.max_blocks = -(-max_tokens // PAGE_TOKENS)
         num_blocks = batch_size * self.max_blocks
-        self.kv = torch.empty(
-            config.num_hidden_layers, num_blocks, kv_heads, PAGE_TOKENS, 2 * HEAD_DIM,
-            dtype=torch.bfloat16, device=device,
-        )
+        layer_types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+        super().__init__(layers=[_FlintLayer(self, batch_size, kind == "sliding_attention") for kind in layer_types])
+        self.kv = torch.empty(config.num_hidden_layers, num_blocks, kv_heads, PAGE_TOKENS, 2 * head_dim,
+                              dtype=dtype, device=device)
         self.block_tables = torch.zeros(batch_size, self.max_blocks, dtype=torch.int32, device=device)
         self.seq_lens = torch.zeros(batch_size, dtype=torch.int32, device=device)
         self._tables = torch.zeros(batch_size, self.max_blocks, dtype=torch.int32)  # host copies
         self._lens = [0] * batch_size
         self._pages = [0] * batch_size
         self._free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(0)).tolist()
+        self._seen = 0  # tokens per row that the model has been given, left pads included
+        self._host_steps = False  # whether the host calls advance() before each step
+        self._prefill = False  # whether the running forward is the prefill
         self._slots: tuple[torch.Tensor, ...] | None = None  # where this forward's new K/V go
         self._sinks: dict[int, torch.Tensor] = {}
 
+    # transformers' Cache API
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        """Called by the model's attention layer right before the attention
+        function: the K/V are written there (this returns them unchanged)."""
+        if self.config._attn_implementation != ATTN_IMPLEMENTATION:
+            raise ValueError(
+                f"FlintPagedCache needs the model's attention set to {ATTN_IMPLEMENTATION!r} "
+                f"(flint_attention.integrations.transformers.register()), not "
+                f"{self.config._attn_implementation!r}"
+            )
+        _current[0], _current[1] = self, layer_idx
+        return key_states, value_states
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self._seen
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self._seen + query_length, 0
+
+    def get_max_length(self, layer_idx: int | None = None) -> int:
+        return self.max_blocks * PAGE_TOKENS
+
+    @property
+    def is_compileable(self) -> bool:
+        return False
+
+    # Host side
     def _grow(self, request: int, length: int) -> None:
-        """Host side: gives ``request`` pages for ``length`` tokens."""
+        """Gives ``request`` pages for ``length`` tokens."""
         while self._pages[request] * PAGE_TOKENS < length:
             if self._pages[request] == self.max_blocks:
                 raise ValueError(f"request {request} needs more than {self.max_blocks * PAGE_TOKENS} tokens")
@@ -132,57 +234,100 @@ class FlintPagedCache:
         self.block_tables.copy_(self._tables)
         self.seq_lens.copy_(torch.tensor(self._lens, dtype=torch.int32))
 
-    def start(self, prompt_lens: Sequence[int]) -> None:
-        """Takes the prompts' lengths before the prefill (into an empty cache)
-        and says where each prompt token's K/V goes."""
-        assert len(prompt_lens) == self.batch_size and min(prompt_lens) >= 1, prompt_lens
+    def start(self, prompt_lens: Sequence[int], padded_len: int | None = None) -> None:
+        """The prefill's host side (into an empty cache): request b's prompt
+        is the last ``prompt_lens[b]`` of the ``padded_len`` columns of the
+        forward (left padding; the pads are not cached)."""
+        padded_len = max(prompt_lens) if padded_len is None else padded_len
+        if self._seen:
+            raise ValueError("FlintPagedCache serves one batch: this one has been prefilled already")
+        if len(prompt_lens) != self._batch or not 1 <= min(prompt_lens) <= max(prompt_lens) <= padded_len:
+            raise ValueError(f"prompt lengths {list(prompt_lens)} for a batch of {self._batch} "
+                             f"in {padded_len} columns")
         for request, length in enumerate(prompt_lens):
             self._grow(request, length)
         self._upload()
         lens = torch.tensor(prompt_lens)
-        request = torch.repeat_interleave(torch.arange(self.batch_size), lens)
-        position = torch.cat([torch.arange(n) for n in prompt_lens])  # also the index in the forward
+        request = torch.repeat_interleave(torch.arange(self._batch), lens)
+        position = torch.cat([torch.arange(n) for n in prompt_lens])
+        column = position + (padded_len - lens)[request]
         block = self._tables[request, position // PAGE_TOKENS].long()
         device = self.seq_lens.device
-        self._slots = tuple(x.to(device) for x in (request, position, block, position % PAGE_TOKENS))
+        self._slots = tuple(x.to(device) for x in (request, column, block, position % PAGE_TOKENS))
+        self._seen = padded_len
 
-    def advance(self) -> None:
-        """Host side of a decode step, before it runs: one more token per
-        request (a new page where one is full); seq_lens then include the
-        token being decoded."""
-        for request in range(self.batch_size):
-            self._grow(request, self._lens[request] + 1)
+    def advance(self, tokens: int = 1) -> None:
+        """A step's host side, before it runs: ``tokens`` more per request (new
+        pages where needed); seq_lens then include them."""
+        for request in range(self._batch):
+            self._grow(request, self._lens[request] + tokens)
         self._upload()
+        self._seen += tokens
 
-    def decode_slots(self) -> torch.Tensor:
-        """Device side of a decode step: the position of each request's new
-        token (seq_lens - 1), which is where its K/V go. Tensor ops only, so a
-        CUDA graph captures them and follows the in-place updates."""
-        position = self.seq_lens.long() - 1
-        request = torch.arange(self.batch_size, device=position.device)
-        block = self.block_tables[request, position // PAGE_TOKENS].long()
-        self._slots = (request, torch.zeros_like(request), block, position % PAGE_TOKENS)
+    # Device side
+    def _step_slots(self, tokens: int) -> torch.Tensor:
+        """Where this step's ``tokens`` new K/V per request go: positions
+        ``seq_lens - tokens ...`` (tensor ops only, so a CUDA graph captures
+        them and follows the in-place updates). Returns the positions [B, T]."""
+        position = self.seq_lens.long()[:, None] - tokens + torch.arange(tokens, device=self.seq_lens.device)
+        block = self.block_tables.gather(1, position // PAGE_TOKENS).long()
+        self._slots = (None, None, block, position % PAGE_TOKENS)
         return position
 
-    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> None:
-        """Writes this forward's new K/V ``[B, kvH, T, 128]`` into their pages."""
-        request, index, block, row = self._slots
-        pages = self.kv[layer]
-        pages[block, :, row, :HEAD_DIM] = key[request, :, index]
-        pages[block, :, row, HEAD_DIM:] = value[request, :, index]
+    def _begin(self, tokens: int, position_ids: torch.Tensor | None) -> None:
+        """Called at a forward's first layer: the prefill takes the prompts'
+        lengths from the position ids (generate's count the tokens of each
+        request, pads aside), a later step its T new tokens."""
+        self._prefill = self._seen == 0
+        if self._prefill:
+            if position_ids is None:
+                lens = [tokens] * self._batch
+            else:
+                lens = (position_ids.reshape(-1, position_ids.shape[-1])[:, -1] + 1).expand(self._batch)
+                lens = lens.tolist()
+            self.start(lens, tokens)
+        else:
+            if not self._host_steps:
+                self.advance(tokens)
+            self._step_slots(tokens)
 
-    def attend(self, layer: int, query: torch.Tensor, sinks: torch.Tensor, window: int | None,
-               scale: float) -> torch.Tensor:
-        """Flint over the pages for the single new token: ``[B, H, 1, 128]`` -> ``[B, H, 128]``."""
+    def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> None:
+        """Writes this forward's new K/V ``[B, kvH, T, D]`` into their pages."""
+        request, column, block, row = self._slots
+        pages, d = self.kv[layer], self.head_dim
+        if request is None:  # a step: every token of every request, [B, T] slots
+            pages[block, :, row, :d] = key.transpose(1, 2).to(pages.dtype)
+            pages[block, :, row, d:] = value.transpose(1, 2).to(pages.dtype)
+        else:  # the prefill: the prompt tokens, pads left out
+            pages[block, :, row, :d] = key[request, :, column].to(pages.dtype)
+            pages[block, :, row, d:] = value[request, :, column].to(pages.dtype)
+
+    def keep_sinks(self, layer: int, sinks: torch.Tensor) -> torch.Tensor:
+        """The layer's sinks as the op takes them (fp32, contiguous), made
+        once, in the prefill: so that no kernel writes them right before the
+        op (see the README's programmatic dependent launch), and none at all
+        in a captured decode step."""
         if layer not in self._sinks:
-            # Made once, so that no kernel writes the sinks right before the op (see the README's
-            # programmatic dependent launch); the first call is eager, before any graph capture.
             self._sinks[layer] = sinks.detach().float().contiguous()
-        q = query[:, :, 0]
+        return self._sinks[layer]
+
+    def attend(self, layer: int, query: torch.Tensor, sinks: torch.Tensor | None, window: int | None,
+               scale: float) -> torch.Tensor:
+        """Flint over the pages for this step's T tokens: ``[B, H, T, D]`` ->
+        ``[B, T, H, D]``; ``sinks`` fp32 ``[H]`` (``keep_sinks``) or None."""
+        tokens = query.shape[2]
+        q = query[:, :, 0] if tokens == 1 else query.transpose(1, 2).contiguous()
         out = torch.empty_like(q)
-        return flint_decode_attention(
-            q, self.kv[layer], self.block_tables, self.seq_lens, self._sinks[layer], window, scale, out
-        )
+        flint_decode_attention(q, self.kv[layer], self.block_tables, self.seq_lens, sinks, window, scale, out)
+        return out.unsqueeze(1) if tokens == 1 else out
+
+
+def _eager_attention(module):
+    """The model's own eager attention function (its modeling module's)."""
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise NotImplementedError(f"{type(module).__name__}: no eager_attention_forward to prefill with")
+    return eager
 
 
 def flint_attention_forward(
@@ -195,67 +340,57 @@ def flint_attention_forward(
     dropout: float = 0.0,
     sliding_window: int | None = None,
     s_aux: torch.Tensor | None = None,
-    flint_cache: FlintPagedCache | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The "flint" attention function. query ``[B, H, T, 128]``, key and value
-    ``[B, kvH, T, 128]``: the T new tokens of each request, rotary applied.
-    Returns the output as ``[B, T, H, 128]`` (and the weights, or None)."""
-    if flint_cache is None:
-        raise ValueError("attention 'flint' needs the model called with flint_cache=FlintPagedCache(...)")
-    flint_cache.write(module.layer_idx, key, value)
-    if query.shape[2] > 1:
-        # Prefill into an empty cache: the prompt's own K/V are all there is to
-        # attend to, with GptOss's eager attention and the causal/sliding mask.
-        return gpt_oss_eager_attention(module, query, key, value, attention_mask, scaling=scaling,
-                                       dropout=dropout, **kwargs)
-    out = flint_cache.attend(module.layer_idx, query, s_aux, sliding_window, scaling)
-    return out.unsqueeze(1), None
-
-
-def prefill(model, cache: FlintPagedCache, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
-    """Runs the prompts as one right-padded batch, writing their K/V into the
-    cache; returns each prompt's last-token logits ``[B, vocab]``.
-
-    No padding mask is needed: under the causal mask a prompt's tokens never
-    see the pads after them, the pads' own outputs are dropped and their K/V
-    are not written.
-    """
-    lens = [len(p) for p in prompts]
-    cache.start(lens)
-    ids = torch.zeros(len(prompts), max(lens), dtype=torch.long)
-    for request, prompt in enumerate(prompts):
-        ids[request, : len(prompt)] = torch.tensor(prompt)
-    device = cache.seq_lens.device
-    positions = torch.arange(max(lens), device=device).expand(len(prompts), -1)
-    logits = model(input_ids=ids.to(device), position_ids=positions, use_cache=False, flint_cache=cache).logits
-    return logits[torch.arange(len(prompts), device=device), torch.tensor(lens, device=device) - 1]
+    """The "flint" attention function. query ``[B, H, T, D]``, key and value
+    ``[B, kvH, T, D]``: the T new tokens of each request. Returns the output
+    as ``[B, T, H, D]`` (and eager's weights in the prefill, else None)."""
+    cache, layer = _current
+    if not isinstance(cache, FlintPagedCache) or layer != module.layer_idx:
+        raise ValueError(
+            "attention 'flint' needs a FlintPagedCache as the model's past_key_values "
+            "(or flint_attention.integrations.transformers.flint_generate)"
+        )
+    _current[0], _current[1] = None, -1
+    if layer == 0:
+        cache._begin(query.shape[2], kwargs.get("position_ids"))
+    cache.write(layer, key, value)
+    if cache._prefill:
+        # The prompt's own K/V are all there is to attend to: the model's eager attention, with
+        # transformers' causal / sliding / padding mask.
+        if s_aux is not None:
+            cache.keep_sinks(layer, s_aux)
+            kwargs["s_aux"] = s_aux
+        return _eager_attention(module)(module, query, key, value, attention_mask, scaling=scaling,
+                                        dropout=dropout, sliding_window=sliding_window, **kwargs)
+    sinks = None if s_aux is None else cache.keep_sinks(layer, s_aux)
+    return cache.attend(layer, query, sinks, sliding_window, scaling), None
 
 
 def decode_step(model, cache: FlintPagedCache, input_ids: torch.Tensor) -> torch.Tensor:
-    """One decode step of every request (after ``cache.advance()``): the
-    tokens ``input_ids [B, 1]`` go in at position seq_lens - 1; returns the
-    logits ``[B, vocab]``. Nothing here reads a value on the host, so
+    """One step of every request after ``cache.advance(T)``: the tokens
+    ``input_ids [B, T]`` go in at positions ``seq_lens - T ...``; returns the
+    logits ``[B, T, vocab]``. Nothing here reads a value on the host, so
     ``torch.cuda.graph`` can capture it."""
-    positions = cache.decode_slots()
-    # Masks given as None for every layer type: the model builds none (Flint masks by seq_lens and
-    # window, and building them would read tensors on the host).
-    no_masks = dict.fromkeys(model.config.layer_types)
-    logits = model(
-        input_ids=input_ids, position_ids=positions[:, None], attention_mask=no_masks,
-        use_cache=False, flint_cache=cache,
-    ).logits
-    return logits[:, -1]
+    positions = cache.seq_lens.long()[:, None] - input_ids.shape[1] + torch.arange(
+        input_ids.shape[1], device=input_ids.device)
+    cache._host_steps = True
+    try:
+        # No mask: the "flint" mask function gives none after the prefill.
+        return model(input_ids=input_ids, position_ids=positions, past_key_values=cache, use_cache=True).logits
+    finally:
+        cache._host_steps = False
 
 
 class GraphedDecodeStep:
-    """``decode_step`` captured once in a CUDA graph, replayed for every token.
+    """``decode_step`` captured once in a CUDA graph, replayed for every step.
 
     The first call runs the step eagerly (the op allocates its workspace then)
     and captures it; every call, the first included, then copies the tokens
     into the graph's input and replays it. Call ``cache.advance()`` before each
     call, as for ``decode_step``: the graph reads seq_lens and the block tables
-    from the device, so it follows their in-place updates.
+    from the device, so it follows their in-place updates (the warm-up and the
+    capture write the same slots, which the replay then writes again).
     """
 
     def __init__(self, model, cache: FlintPagedCache):
@@ -278,16 +413,6 @@ class GraphedDecodeStep:
         return self.logits.clone()
 
 
-@dataclasses.dataclass
-class Generation:
-    """Greedy decoding of a batch: ``tokens[b, i]`` is the argmax of
-    ``logits[b, i]``; step 0 is the prefill, steps 1.. the decode steps."""
-
-    tokens: torch.Tensor  # [B, steps + 1] int64
-    logits: torch.Tensor  # [B, steps + 1, vocab] float32
-    step_seconds: list[float]  # wall time of each decode step (all requests)
-
-
 @contextlib.contextmanager
 def attention_implementation(model, name: str) -> Iterator[None]:
     """Runs the block with the model's attention set to ``name``."""
@@ -299,154 +424,175 @@ def attention_implementation(model, name: str) -> Iterator[None]:
         model.set_attn_implementation(previous)
 
 
-def _timed(device: torch.device, call):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    result = call()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return result, time.perf_counter() - start
-
-
 @torch.inference_mode()
-def flint_generate(model, prompts: Sequence[Sequence[int]], steps: int, *, cuda_graph: bool = False,
-                   feed: torch.Tensor | None = None) -> Generation:
-    """Greedy decoding of all prompts in one batch: prefill with transformers'
-    attention, then ``steps`` decode steps with Flint (in a CUDA graph if
-    ``cuda_graph``). ``feed`` ``[B, >= steps]``: tokens to feed at the decode
-    steps instead of the model's own choices (to compare logits step by step
-    with another backend's decoding)."""
-    device = model.device
-    if model.dtype != torch.bfloat16:
-        raise ValueError(f"Flint needs a bf16 model, got {model.dtype}")
-    if cuda_graph and device.type != "cuda":
-        raise ValueError(f"cuda_graph needs the model on a CUDA device, it is on {device}")
-    cache = FlintPagedCache(model.config, len(prompts), max(map(len, prompts)) + steps, device)
-    forward = GraphedDecodeStep(model, cache) if cuda_graph else (lambda ids: decode_step(model, cache, ids))
+def flint_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                   max_new_tokens: int, cuda_graph: bool = False, **generate_kwargs):
+    """``model.generate(input_ids, attention_mask=..., max_new_tokens=...,
+    **generate_kwargs)`` with Flint: the model's attention set to "flint" for
+    the call and a fresh ``FlintPagedCache`` as ``past_key_values``; returns
+    what ``generate`` returns. ``input_ids`` left-padded as for ``generate``
+    (``attention_mask`` 0 on the pads).
 
-    def step(tokens: torch.Tensor) -> torch.Tensor:
-        cache.advance()
-        return forward(tokens[:, None])
-
-    with attention_implementation(model, register()):
-        logits = [prefill(model, cache, prompts).float()]
-        seconds = []
-        for i in range(steps):
-            tokens = logits[-1].argmax(-1) if feed is None else feed[:, i].to(device)
-            step_logits, elapsed = _timed(device, lambda: step(tokens))
-            logits.append(step_logits.float())
-            seconds.append(elapsed)
-    logits = torch.stack(logits, dim=1)
-    return Generation(logits.argmax(-1), logits, seconds)
-
-
-@torch.inference_mode()
-def reference_generate(model, prompts: Sequence[Sequence[int]], steps: int, *,
-                       feed: torch.Tensor | None = None, attention: str = "eager") -> Generation:
-    """The same greedy decoding with transformers' own ``attention`` and its
-    DynamicCache, one request at a time (so without padding).
-    ``step_seconds`` adds up the requests' times of each step."""
-    device = model.device
-    per_request = []
-    seconds = [0.0] * steps
-    with attention_implementation(model, attention):
-        for request, prompt in enumerate(prompts):
-            cache = DynamicCache(config=model.config)
-            ids = torch.tensor([prompt], device=device)
-            logits = [model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0, -1].float()]
-            for i in range(steps):
-                token = logits[-1].argmax() if feed is None else feed[request, i].to(device)
-                out, elapsed = _timed(device, lambda: model(input_ids=token.view(1, 1), past_key_values=cache,
-                                                            use_cache=True))
-                logits.append(out.logits[0, -1].float())
-                seconds[i] += elapsed
-            per_request.append(torch.stack(logits))
-    logits = torch.stack(per_request)
-    return Generation(logits.argmax(-1), logits, seconds)
-
-
-def random_gpt_oss(num_kv_heads: int, *, layers: int = 4, window: int = 128, hidden_size: int = 256,
-                   vocab_size: int = 512, experts: int = 4, seed: int = 0, device: str | torch.device = "cpu"):
-    """A small random-weight GptOss that Flint serves (head_dim 128, 8 query
-    heads per kv head, sliding and full layers alternating, sinks), bf16 on
-    ``device``. The weights depend only on ``seed``: they are drawn on the CPU.
-
-    Three choices make it a sharp yardstick for attention backends: weights
-    3x transformers' default scale, so that attention is peaked enough for a
-    single position (the window's edge) to matter; sinks of unit scale (the
-    initializer's 0.06 would hardly matter); and every token routed to every
-    expert, since a near tie in a top-k choice of experts would turn rounding
-    noise into a jump of the logits. The logits are computed in fp32 (from the
-    bf16 hidden state): bf16 logits, quantized to 1/64 near 2, would tie at
-    the top too often to compare greedy tokens.
+    ``cuda_graph=True`` (a CUDA model): greedy decoding in a host loop whose
+    decode steps replay one captured CUDA graph; it returns what greedy
+    ``generate`` would (the sequences, or with ``return_dict_in_generate``
+    a ``GenerateDecoderOnlyOutput`` with ``logits`` if ``output_logits``) and
+    takes no other generation arguments.
     """
-    config = transformers.GptOssConfig(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size, head_dim=HEAD_DIM,
-        num_attention_heads=GQA * num_kv_heads, num_key_value_heads=num_kv_heads, num_hidden_layers=layers,
-        layer_types=["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (layers % 2),
-        sliding_window=window, num_local_experts=experts, num_experts_per_tok=experts,
-        initializer_range=0.06, max_position_embeddings=131072,
-    )
-    torch.manual_seed(seed)
-    model = transformers.GptOssForCausalLM(config)
+    batch, prompt = input_ids.shape
+    cache = FlintPagedCache(model.config, batch, prompt + max_new_tokens, model.device)
+    with attention_implementation(model, register()):
+        if not cuda_graph:
+            return model.generate(input_ids, attention_mask=attention_mask, past_key_values=cache,
+                                  max_new_tokens=max_new_tokens, **generate_kwargs)
+        return _graphed_greedy(model, cache, input_ids, attention_mask, max_new_tokens, **generate_kwargs)
+
+
+def _graphed_greedy(model, cache, input_ids, attention_mask, max_new_tokens, *, return_dict_in_generate=False,
+                    output_logits=False, do_sample=False, pad_token_id=None):
+    if model.device.type != "cuda":
+        raise ValueError(f"cuda_graph needs the model on a CUDA device, it is on {model.device}")
+    if do_sample:
+        raise ValueError("cuda_graph decodes greedily (do_sample=False)")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                   past_key_values=cache, use_cache=True).logits[:, -1]
+    step = GraphedDecodeStep(model, cache)
+    steps = [logits]
+    for _ in range(max_new_tokens - 1):
+        cache.advance()
+        steps.append(step(steps[-1].argmax(-1)[:, None])[:, -1])
+    sequences = torch.cat([input_ids, torch.stack([s.argmax(-1) for s in steps], dim=1)], dim=1)
+    if not return_dict_in_generate:
+        return sequences
+    return GenerateDecoderOnlyOutput(sequences=sequences, logits=tuple(steps) if output_logits else None)
+
+
+# Small random models, for the tests and the demo.
+
+def _finish(model, device):
+    """bf16 on ``device``, logits in fp32 (from the bf16 hidden state): bf16
+    logits, quantized to 1/64 near 2, would tie at the top too often to
+    compare greedy tokens. The builders draw weights at 3x transformers'
+    default scale and this sets QK-norm gains to 2, so that attention is
+    peaked enough for a single position (the window's edge) to matter; sinks
+    of unit scale (the initializer's would hardly matter)."""
     with torch.no_grad():
         for layer in model.model.layers:
-            layer.self_attn.sinks.normal_(0.0, 1.0)
-    # On CUDA the experts run as batched matmuls, which a CUDA graph can capture (eager's loop over
-    # the experts hit reads them on the host); on the CPU as eager's loop, far cheaper for a prefill
-    # (batched_mm copies each token's expert weights).
-    model.set_experts_implementation("batched_mm" if torch.device(device).type == "cuda" else "eager")
+            attn = layer.self_attn
+            for norm in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)):
+                if norm is not None:
+                    norm.weight.fill_(2.0)
+            if hasattr(attn, "sinks"):
+                attn.sinks.normal_(0.0, 1.0)
+    if hasattr(model, "set_experts_implementation") and hasattr(model.config, "num_experts_per_tok"):
+        # On CUDA the experts run as batched matmuls, which a CUDA graph can capture (eager's loop
+        # reads the routing on the host); on the CPU as eager's loop, far cheaper for a prefill.
+        model.set_experts_implementation("batched_mm" if torch.device(device).type == "cuda" else "eager")
     model = model.to(device=device, dtype=torch.bfloat16).eval()
     model.lm_head.float()
     model.lm_head.register_forward_pre_hook(lambda _, args: (args[0].float(),))
+    model.generation_config.pad_token_id = 0
     return model
+
+
+def random_flint(*, layers: int = 4, window: int = 513, hidden_size: int = 256, vocab_size: int = 512,
+                 seed: int = 0, device: str | torch.device = "cpu"):
+    """A small random FlintForCausalLM: 32 query / 4 kv heads, head_dim 128,
+    sinks, a sliding window on the middle layers and full (rotary-free)
+    attention on the first and last, QK norms; every token routed to every
+    expert (a near tie in a top-k choice of experts would turn rounding noise
+    into a jump of the logits). The weights depend only on ``seed``."""
+    config = transformers.FlintConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size, num_hidden_layers=layers,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128, sliding_window=window,
+        layer_types=["full_attention"] + ["sliding_attention"] * (layers - 2) + ["full_attention"],
+        mlp_only_layers=[0], num_experts=4, num_experts_per_tok=4, moe_intermediate_size=hidden_size // 2,
+        shared_expert_intermediate_size=hidden_size // 2, initializer_range=0.06, max_position_embeddings=4096,
+    )
+    torch.manual_seed(seed)
+    return _finish(transformers.FlintForCausalLM(config), device)
+
+
+def random_gpt_oss(*, layers: int = 2, window: int = 128, hidden_size: int = 256, vocab_size: int = 512,
+                   experts: int = 4, seed: int = 0, device: str | torch.device = "cpu"):
+    """A small random GptOssForCausalLM as gpt-oss is: 64 query / 8 kv heads,
+    head_dim 64, sinks, sliding window and full layers alternating."""
+    config = transformers.GptOssConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size, head_dim=64,
+        num_attention_heads=64, num_key_value_heads=8, num_hidden_layers=layers,
+        layer_types=["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (layers % 2),
+        sliding_window=window, num_local_experts=experts, num_experts_per_tok=experts,
+        initializer_range=0.06, max_position_embeddings=4096,
+    )
+    torch.manual_seed(seed)
+    return _finish(transformers.GptOssForCausalLM(config), device)
+
+
+def random_qwen3(*, layers: int = 2, hidden_size: int = 256, vocab_size: int = 512, seed: int = 0,
+                 device: str | torch.device = "cpu"):
+    """A small random Qwen3ForCausalLM: no sinks, 16 query / 4 kv heads (4 per
+    kv head), head_dim 128, full attention."""
+    config = transformers.Qwen3Config(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size, head_dim=128,
+        num_attention_heads=16, num_key_value_heads=4, num_hidden_layers=layers,
+        initializer_range=0.06, max_position_embeddings=4096,
+    )
+    torch.manual_seed(seed)
+    return _finish(transformers.Qwen3ForCausalLM(config), device)
+
+
+def left_padded(prompts: Sequence[Sequence[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of different lengths as ``generate`` takes them: ``input_ids``
+    and ``attention_mask`` ``[B, max_len]``, left-padded."""
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
 
 
 def _demo(args) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
                           else "cpu")
-    model = random_gpt_oss(args.kv_heads, device=device)
+    model = random_flint(device=device)
     gen = torch.Generator().manual_seed(args.seed)
-    lens = args.prompt_lens
-    prompts = [torch.randint(model.config.vocab_size, (n,), generator=gen).tolist() for n in lens]
-    graph = device.type == "cuda"
-    print(f"random GptOss: {model.config.num_hidden_layers} layers (sliding window "
-          f"{model.config.sliding_window} / full alternating), {args.kv_heads} kv heads, "
-          f"{GQA * args.kv_heads} query heads, head_dim {HEAD_DIM}, bf16, on {device}")
-    print(f"{len(lens)} requests, prompt lengths {lens}; greedy: the first token from the prefill, "
-          f"then {args.steps} decode steps")
-    flint = flint_generate(model, prompts, args.steps, cuda_graph=graph)
-    eager = reference_generate(model, prompts, args.steps)
-    for request in range(len(prompts)):
-        differ = (flint.tokens[request] != eager.tokens[request]).nonzero().flatten().tolist()
-        if not differ:
-            verdict = "same tokens"
+    prompts = [torch.randint(1, model.config.vocab_size, (n,), generator=gen).tolist() for n in args.prompt_lens]
+    ids, mask = (x.to(device) for x in left_padded(prompts))
+    config = model.config
+    print(f"random FlintForCausalLM: {config.num_hidden_layers} layers ({', '.join(config.layer_types)}; window "
+          f"{config.sliding_window}), {config.num_attention_heads} query / {config.num_key_value_heads} kv heads, "
+          f"head_dim {config.head_dim}, bf16, on {device}")
+    print(f"{len(prompts)} requests, prompt lengths {args.prompt_lens}; greedy, {args.steps} new tokens each")
+    results = {}
+    for name in ("flint", "eager"):
+        start = time.perf_counter()
+        if name == "flint":
+            out = flint_generate(model, ids, mask, max_new_tokens=args.steps, do_sample=False)
         else:
-            # Up to the first difference both decoded the same history, so their logits there compare.
-            first = differ[0]
-            top2 = eager.logits[request, first].topk(2).values
-            moved = (flint.logits[request, first] - eager.logits[request, first]).abs().max()
-            verdict = (f"tokens differ from step {first} on: there eager's top two logits are "
-                       f"{float(top2[0] - top2[1]):.4f} apart, and Flint's logits within {float(moved):.4f} "
-                       f"of eager's (a near tie if the first is not larger than twice the second)")
-        print(f"request {request}, prompt of {lens[request]} tokens: {verdict}")
-        print(f"  flint: {flint.tokens[request].tolist()}")
-        print(f"  eager: {eager.tokens[request].tolist()}")
-    flint_label = "Flint, batched, CUDA graph replay" if graph else "Flint, batched"
-    # The first two decode steps include warm-up (and, with a graph, the capture).
-    for label, result in ((flint_label, flint), ("transformers eager, one request after the other", eager)):
-        median = statistics.median(result.step_seconds[2:] or result.step_seconds)
-        print(f"decode step of all {len(lens)} requests ({label}): median {median * 1e3:.2f} ms")
+            with attention_implementation(model, "eager"), torch.inference_mode():
+                out = model.generate(ids, attention_mask=mask, max_new_tokens=args.steps, do_sample=False)
+        results[name] = (out[:, ids.shape[1]:].cpu(), time.perf_counter() - start)
+    for request in range(len(prompts)):
+        same = torch.equal(results["flint"][0][request], results["eager"][0][request])
+        print(f"request {request}, prompt of {args.prompt_lens[request]} tokens: "
+              f"{'same tokens' if same else 'tokens differ'}")
+        for name in results:
+            print(f"  {name}: {results[name][0][request].tolist()}")
+    for name, (_, seconds) in results.items():
+        print(f"generate with {name} attention: {seconds:.2f} s")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flint_attention.integrations.transformers",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--demo", action="store_true", help="decode with Flint and with eager, side by side")
-    parser.add_argument("--kv-heads", type=int, default=2, choices=[1, 2, 4, 8])
-    parser.add_argument("--prompt-lens", type=int, nargs="+", default=[7, 60, 200])
+    parser.add_argument("--demo", action="store_true", help="generate with Flint and with eager, side by side")
+    parser.add_argument("--prompt-lens", type=int, nargs="+", default=[7, 60, 600])
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
