@@ -1,5 +1,6 @@
-"""Every compiled kernel variant, from the extension's own table (launch_plan.cpp,
-read through flint_attention.testing.plans), launched with an explicit plan,
+"""Every compiled kernel variant, from the extension's own table (the rows of
+csrc/decode_attention/kernels/variants.h, read through
+flint_attention.testing.plans), launched with an explicit plan,
 against the float64 reference and against a second run (bitwise: a moving
 result is a race). The op itself launches only the default plan; the others
 are there for A/B runs, and must compute right answers too.

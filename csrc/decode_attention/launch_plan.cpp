@@ -1,8 +1,10 @@
 #include "decode_attention/launch_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
+#include <utility>
 
 #include <cudaTypedefs.h>
 
@@ -11,33 +13,13 @@
 namespace flint {
 namespace {
 
-// The compiled variants (what plan_launch can pick): what a plan names, and
-// the kernel that runs it.
-struct Variant {
-  KernelKind kind;
-  KvDtype kv;
-  int warps, stages;
-  int cluster;  // kCluster: the cluster's size (the plan's splits)
-  KernelEntry (*entry)();
-};
-
-constexpr Variant kVariants[] = {
-    {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
-    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 4, 0, balanced_fp8_w8_s4},
-    {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_bf16_w4_s2},
-    {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_bf16_w4_s3},
-    {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_bf16_w8_s2},
-    {KernelKind::kSplit, KvDtype::kBf16, 9, 2, 0, split_bf16_w9_s2},
-    {KernelKind::kCluster, KvDtype::kBf16, 4, 2, 4, cluster4_bf16_w4_s2},
-    {KernelKind::kWarpPerHead, KvDtype::kBf16, 4, 3, 0, warp_per_head_bf16_w4_s3},
-    {KernelKind::kSplit, KvDtype::kFp8E4m3, 4, 4, 0, split_fp8_w4_s4},
-    {KernelKind::kSplit, KvDtype::kFp8E4m3, 4, 6, 0, split_fp8_w4_s6},
-    {KernelKind::kSplit, KvDtype::kFp8E4m3, 8, 4, 0, split_fp8_w8_s4},
-    {KernelKind::kSplit, KvDtype::kFp8E4m3, 9, 4, 0, split_fp8_w9_s4},
-    {KernelKind::kCluster, KvDtype::kFp8E4m3, 4, 4, 4, cluster4_fp8_w4_s4},
-    {KernelKind::kWarpPerHead, KvDtype::kFp8E4m3, 4, 6, 0, warp_per_head_fp8_w4_s6},
-};
-constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+// Each row's kernel, by its index in kVariants.
+template <int... N>
+constexpr auto entries(std::integer_sequence<int, N...>) {
+  return std::array<KernelEntry (*)(), sizeof...(N)>{&variant_entry<N>::get...};
+}
+constexpr auto kEntries = entries(std::make_integer_sequence<int, kNumVariants>());
+KernelEntry entry_of(const Variant& v) { return kEntries[&v - kVariants](); }
 
 const Variant* find_variant(const LaunchPlan& plan) {
   for (const Variant& v : kVariants) {
@@ -69,7 +51,7 @@ cudaError_t prepare(const Variant& v, int device, int smem_bytes, bool sliding, 
       return cudaSuccess;
     }
   }
-  const KernelEntry k = v.entry();
+  const KernelEntry k = entry_of(v);
   int max_optin = 0, sms = 0, fit = 0;
   cudaError_t err = cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err == cudaSuccess)
@@ -258,7 +240,7 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
                      Residency* res) {
   const Variant& v = *find_variant(plan);
   const bool sliding = p.window > 0;
-  const int smem = split_smem_bytes(v, v.entry().smem_bytes, sliding);
+  const int smem = split_smem_bytes(v, entry_of(v).smem_bytes, sliding);
   cudaError_t err = prepare(v, device, smem, sliding, res);
   if (err != cudaSuccess) return err;
   const int64_t num_pairs = int64_t(p.batch) * p.num_kv_heads;
@@ -389,7 +371,7 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan
   launch.attrs = attrs;
   launch.numAttrs = n;
   void* args[] = {&p};
-  return cudaLaunchKernelExC(&launch, find_variant(plan)->entry().fn, args);
+  return cudaLaunchKernelExC(&launch, entry_of(*find_variant(plan)).fn, args);
 }
 
 }  // namespace flint
