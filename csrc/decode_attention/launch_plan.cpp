@@ -114,35 +114,35 @@ constexpr int kClusterMaxBatch = 2;
 LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool short_window, KvDtype kv,
                               int num_sms) {
   const int num_bh = batch * num_kv_heads;
-  const int slots_per_bf16_slot = kv == KvDtype::kBf16 ? 1 : 2;
+  const int slots = kv == KvDtype::kBf16 ? 1 : 2;  // ring slots per bf16 one
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
-  LaunchPlan p;
-  p.kv = kv;
-  auto set = [&](KernelKind kind, int splits, int warps, int stages, int min_pages, Refill refill) {
-    p.kind = kind;
-    p.splits = splits;
-    p.warps = warps;
-    p.stages = stages * slots_per_bf16_slot;
-    p.min_pages = min_pages;
-    p.refill = refill;
-    return p;
-  };
+  using K = KernelKind;
+  using R = Refill;
   if (short_window) {
     if (batch <= kClusterMaxBatch)
-      return set(KernelKind::kCluster, 4, 4, 2, 1, Refill::kBeforeWait);
+      return {.kind = K::kCluster, .kv = kv, .warps = 4, .stages = 2 * slots, .splits = 4,
+              .min_pages = 1, .refill = R::kBeforeWait};
     if (num_bh >= 3 * num_sms)
-      return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, Refill::kKernelRule);
-    if (batch <= 16) return set(KernelKind::kSplit, 1, 4, 2, 2, Refill::kBeforeWait);
-    return set(KernelKind::kSplit, 1, 4, batch <= 64 ? 3 : 2, 1, Refill::kBeforeWait);
+      return {.kind = K::kWarpPerHead, .kv = kv, .warps = 4, .stages = 3 * slots, .splits = 0,
+              .min_pages = 1, .refill = R::kKernelRule};
+    if (batch <= 16)
+      return {.kind = K::kSplit, .kv = kv, .warps = 4, .stages = 2 * slots, .splits = 1,
+              .min_pages = 2, .refill = R::kBeforeWait};
+    return {.kind = K::kSplit, .kv = kv, .warps = 4, .stages = (batch <= 64 ? 3 : 2) * slots,
+            .splits = 1, .min_pages = 1, .refill = R::kBeforeWait};
   }
   if (num_bh <= 8)
-    return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4,
-               Refill::kAfterUnlessLate);
+    return {.kind = K::kSplit, .kv = kv, .warps = 9, .stages = 2 * slots,
+            .splits = at_least_1(num_sms / num_bh), .min_pages = batch <= 2 ? 1 : 4,
+            .refill = R::kAfterUnlessLate};
   if (batch <= 2)
-    return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 8, 2, 1, Refill::kAfterWait);
+    return {.kind = K::kSplit, .kv = kv, .warps = 8, .stages = 2 * slots,
+            .splits = at_least_1(2 * num_sms / num_bh), .min_pages = 1, .refill = R::kAfterWait};
   if (batch <= 4)
-    return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 8, 2, 2, Refill::kAfterWait);
-  return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 4, 3, 2, Refill::kBeforeWait);
+    return {.kind = K::kSplit, .kv = kv, .warps = 8, .stages = 2 * slots,
+            .splits = at_least_1(num_sms / num_bh), .min_pages = 2, .refill = R::kAfterWait};
+  return {.kind = K::kSplit, .kv = kv, .warps = 4, .stages = 3 * slots,
+          .splits = at_least_1(2 * num_sms / num_bh), .min_pages = 2, .refill = R::kBeforeWait};
 }
 
 // The balanced kernel divides the pages on the device from the actual
@@ -197,13 +197,9 @@ LaunchPlan plan_launch(int batch, int num_kv_heads, int window, KvDtype kv, int 
   if (!balanced)
     return split_kernels_plan(batch, num_kv_heads,
                               short_window(window, batch, num_kv_heads, num_sms), kv, num_sms);
-  LaunchPlan plan;
-  plan.kind = KernelKind::kBalanced;
-  plan.kv = kv;
-  plan.warps = 8;
-  plan.stages = kv == KvDtype::kBf16 ? 2 : 4;
-  plan.refill = Refill::kKernelRule;
-  return plan;
+  // 8 warps of 2 x 8 KB (bf16) or 4 x 4 KB (fp8) slots: the bytes in flight an SM's intake needs.
+  return {.kind = KernelKind::kBalanced, .kv = kv, .warps = 8,
+          .stages = kv == KvDtype::kBf16 ? 2 : 4, .refill = Refill::kKernelRule};
 }
 
 std::string check_plan(const LaunchPlan& plan) {
@@ -223,14 +219,14 @@ int num_variants() { return kNumVariants; }
 
 LaunchPlan variant_plan(int i) {
   const Variant& v = kVariants[i];
-  LaunchPlan p;
-  p.kind = v.kind;
-  p.kv = v.kv;
-  p.warps = v.warps;
-  p.stages = v.stages;
-  p.splits = v.kind == KernelKind::kCluster ? v.cluster : v.kind == KernelKind::kSplit ? 4 : 0;
-  p.refill = v.kind == KernelKind::kBalanced ? Refill::kKernelRule : Refill::kBeforeWait;
-  return p;
+  return {.kind = v.kind,
+          .kv = v.kv,
+          .warps = v.warps,
+          .stages = v.stages,
+          .splits = v.kind == KernelKind::kCluster ? v.cluster
+                    : v.kind == KernelKind::kSplit ? 4
+                                                   : 0,
+          .refill = v.kind == KernelKind::kBalanced ? Refill::kKernelRule : Refill::kBeforeWait};
 }
 
 namespace {

@@ -81,12 +81,13 @@ void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
   check_decode_attention_args(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
                               k_scale, v_scale);
   const c10::cuda::CUDAGuard guard(q.device());
-  LaunchPlan plan;  // the op's balanced plan: 8 warps, 2 (bf16) or 4 (fp8) stages
-  plan.kind = KernelKind::kBalanced;
-  plan.kv = kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
-  plan.warps = 8;
-  plan.stages = plan.kv == KvDtype::kBf16 ? 2 : 4;
-  plan.refill = Refill::kKernelRule;
+  // The op's balanced plan: 8 warps, 2 (bf16) or 4 (fp8) stages.
+  const bool fp8 = kv_cache.scalar_type() == at::kFloat8_e4m3fn;
+  const LaunchPlan plan{.kind = KernelKind::kBalanced,
+                        .kv = fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBf16,
+                        .warps = 8,
+                        .stages = fp8 ? 4 : 2,
+                        .refill = Refill::kKernelRule};
   DecodeParams p = params_from_tensors(q, kv_cache, block_tables, seq_lens, sinks, window, scale,
                                        out, k_scale, v_scale);
   if (p.num_blocks == 0) p.max_blocks = 0;

@@ -34,17 +34,15 @@ LaunchPlan from_ints(c10::IntArrayRef v) {
               v.size());
   TORCH_CHECK(v[0] >= 0 && v[0] <= 3 && (v[1] == 0 || v[1] == 1) && v[6] >= -1 && v[6] <= 2,
               "flint_testing: plan kind must be 0..3, kv dtype 0 or 1 and refill -1..2, got ", v);
-  LaunchPlan p;
-  p.kind = static_cast<KernelKind>(v[0]);
-  p.kv = static_cast<KvDtype>(v[1]);
-  p.warps = static_cast<int>(v[2]);
-  p.stages = static_cast<int>(v[3]);
-  p.splits = static_cast<int>(v[4]);
-  p.min_pages = static_cast<int>(v[5]);
-  p.refill = static_cast<Refill>(v[6]);
-  p.pdl = v[7] != 0;
-  p.ctas = static_cast<int>(v[8]);
-  return p;
+  return {.kind = static_cast<KernelKind>(v[0]),
+          .kv = static_cast<KvDtype>(v[1]),
+          .warps = static_cast<int>(v[2]),
+          .stages = static_cast<int>(v[3]),
+          .splits = static_cast<int>(v[4]),
+          .min_pages = static_cast<int>(v[5]),
+          .refill = static_cast<Refill>(v[6]),
+          .pdl = v[7] != 0,
+          .ctas = static_cast<int>(v[8])};
 }
 
 void decode_attention_with_plan(const at::Tensor& q, const at::Tensor& kv_cache,

@@ -51,7 +51,9 @@ class Plan:
 
     @staticmethod
     def from_ints(v) -> Plan:
-        return Plan(KINDS[v[0]], KV_DTYPES[v[1]], *(int(x) for x in v[2:7]), bool(v[7]), int(v[8]))
+        return Plan(kind=KINDS[v[0]], kv=KV_DTYPES[v[1]], warps=int(v[2]), stages=int(v[3]),
+                    splits=int(v[4]), min_pages=int(v[5]), refill=int(v[6]), pdl=bool(v[7]),
+                    ctas=int(v[8]))
 
     def balance(self, seq_lens, window: int | None, num_kv_heads: int, max_blocks: int | None = None,
                 device=None) -> tuple[int, float]:
