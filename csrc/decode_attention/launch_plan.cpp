@@ -104,10 +104,7 @@ int64_t pairs_per_warp(int64_t num_pairs, const Residency& res, int warps) {
 
 }  // namespace
 
-// The split kernels' rules (each rule's evidence: docs/launch-plan-history.md),
-// from the batch size, kv heads and window only. An fp8 page is half a bf16
-// one: twice the ring slots keep the bytes in flight per warp, the shared
-// memory and so the residency these rules were measured with.
+// Split kernels' rules (docs/design.md); an fp8 page is half a bf16 one: twice the slots for fp8.
 // Short windows over at most this many requests take the cluster kernel.
 constexpr int kClusterMaxBatch = 2;
 
@@ -145,41 +142,11 @@ LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool short_window, Kv
           .splits = at_least_1(2 * num_sms / num_bh), .min_pages = 2, .refill = R::kBeforeWait};
 }
 
-// The balanced kernel divides the pages on the device from the actual
-// lengths. Where it runs, 8-warp CTAs, one per SM: 2 slots of 8 KB (bf16) or
-// 4 of 4 KB (fp8) a warp keep ~64-128 KB in flight per SM, what one SM's
-// bulk-copy intake needs, and 8 warps per SM give the fp8 conversions the
-// issue slots they need (device runs 83-85).
-//
-// The split kernels stay for sliding-window layers, for full attention
-// below kBalancedMinBatch requests, and wherever their grid (2 x SMs CTAs)
-// gives every (request, kv head) pair at least kSplitMinCtasPerPair CTAs:
-// a balanced call costs a few us more than a split one (its merges' round
-// trips after the streams, and the next call's CTAs can start only as this
-// one's leave), which the balance repays only where the split grid's CTAs
-// are too few to follow ragged lengths. Why it generalises: it counts the
-// split grid's CTAs a pair (cta_share divides them among the requests by
-// their lengths), not a shape; 8 a pair left a skewed batch's long request
-// within a few % of balanced, 4 did not (docs/launch-plan.md). The same rule
-// for both formats.
+// Balanced (a few us more a call) from 8 requests where < 8 split CTAs a pair miss ragged lengths.
 constexpr int kBalancedMinBatch = 8;
 constexpr int kSplitMinCtasPerPair = 8;
 
-// The short-span kernels give a (request, kv head) pair one warp (warp per
-// head), one 4-warp CTA (one split) or a cluster of four CTAs (1-2
-// requests), on a grid of at most one CTA a pair: right for spans of a few
-// pages a warp, where a call's serial latencies outweigh its bytes. A longer
-// window gives those warps tens of pages each while SMs idle, so it is
-// planned as full attention by the split kernels, which size each pair's
-// CTAs on the device from its windowed pages (cta_share, fewest_splits).
-// The bound is 8 pages a warp of the kernel that would stream the pair, 4
-// where that kernel's grid has fewer CTAs than a quarter of the SMs: its
-// CTAs then stream nearly alone, each at one CTA's rate, and the longest
-// one is the call. Why it generalises: it counts a pair's pages per warp and
-// the grid's CTAs per SM, not a shape. Never the balanced kernel: a window
-// caps every span, so a windowed batch is as even as its window allows, and
-// on even spans the split kernels' smaller fixed cost wins. Evidence:
-// docs/launch-plan.md (runs 163-165).
+// <= 8 pages a warp (4 if < SMs/4 CTAs): past that, a grid of one CTA a pair leaves SMs idle.
 bool short_window(int window, int batch, int num_kv_heads, int num_sms) {
   if (window <= 0) return false;
   const bool cluster = batch <= kClusterMaxBatch;
@@ -303,7 +270,7 @@ cudaError_t encode_kv_map(DecodeParams& p) {
   // blocks (fp8 strides are bytes). A box is one half of a page: K (c0 = 0)
   // or V (c0 = 128), 16 rows of 128 bytes. No L2 promotion: the two boxes
   // then read each line once, as the bf16 bulk copies do (promoting a K box's
-  // lines to 256 bytes fetches the V half twice; docs/launch-plan.md).
+  // lines to 256 bytes fetches the V half twice).
   const cuuint64_t dims[4] = {cuuint64_t(kRowElems), cuuint64_t(kPageTokens),
                               cuuint64_t(p.num_kv_heads), cuuint64_t(p.num_blocks)};
   // A dim of size 1 may carry any stride (a view's); give the encoder one it

@@ -162,8 +162,7 @@ void attend(const DecodeParams& p, int b, int kvh, std::vector<float>& scores) {
   // l sums the fp32 p, while P V uses p rounded to the MMA operand type.
   // When m * c is -inf (every logit -inf, or overflowing fp32 below -FLT_MAX)
   // every p is 0 and the shift is 0 instead of -inf, which would make -inf -
-  // -inf = NaN of each p; the sink term below keeps m * c (README, Non-finite
-  // values).
+  // -inf = NaN of each p; the sink term below keeps m * c (docs/semantics.md).
   const float c = p.scale_log2 * kv_scale(p.k_scale, p.k_scale_stride, kvh) * exp2i(q_exp);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float ms[kGqa], shift[kGqa];

@@ -4,7 +4,7 @@
 // (0: not reached), and sums the warp's stream cycles by StreamSection
 // (decode_attention/page_ring.cuh). Launched as the op launches it (workspace, grid, PDL), so a
 // CUDA graph of back-to-back calls shows where a call's time goes
-// (benchmarks/phases_row.py). Registered in ops.cpp.
+// (tools/phases_row.py). Registered in ops.cpp.
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>

@@ -4,7 +4,7 @@
 // SplitPhase, into stamps[cta][warp][phase] (0: not reached; CTAs in grid
 // order, x fastest). Launched as the op launches that plan (workspace, grid,
 // shared memory, PDL), so a CUDA graph of back-to-back calls shows where a
-// short call's time goes (benchmarks/phases_row.py --kernel split).
+// short call's time goes (tools/phases_row.py --kernel split).
 // Registered in ops.cpp.
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>

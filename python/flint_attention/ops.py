@@ -161,7 +161,7 @@ def flint_decode_attention(
     computed as the CUDA kernel does it: bf16 inputs, fp32 accumulation, P
     rounded to bf16 for P V. ``seq_lens[b] == 0`` writes zeros.
 
-    Non-finite values (README, Semantics): the formula in the limit. NaN in
+    Non-finite values (docs/semantics.md): the formula in the limit. NaN in
     q[b, h] or sinks[h] makes that head NaN, in an attended K row the 8 heads
     of its kv head, in an attended V element that dim of them. A logit of
     -inf (also q . K or its scaled value below -FLT_MAX) has no weight; all
