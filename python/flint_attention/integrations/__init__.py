@@ -5,5 +5,5 @@ Each adapter is a submodule that imports its library itself, so that
 
 - ``flint_attention.integrations.transformers``: a Hugging Face transformers
   GptOss model that prefills with its own attention and decodes with Flint on
-  a paged KV pool (``pip install 'flint-attention[transformers]'``).
+  a paged KV pool (``pip install -e '.[transformers]'`` from the clone).
 """
