@@ -142,7 +142,7 @@ def test_every_decode_kernel_has_pdl_page_copies_and_mma_in_sass():
 def variant_rows() -> list[tuple[str, str, int, int]]:
     """(family, format, warps, stages) of each row of the kernel list."""
     text = (ROOT / "csrc/decode_attention/kernels/variants.h").read_text()
-    rows = re.findall(r"^FLINT_VARIANT\((\w+), (\w+), (\d+), (\d+)\)$", text, re.M)
+    rows = re.findall(r"^\s*FLINT_VARIANT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)", text, re.M)
     return [(family, fmt, int(warps), int(stages)) for family, fmt, warps, stages in rows]
 
 

@@ -43,8 +43,9 @@ inline constexpr Variant kVariants[] = {
 };
 inline constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
-// Row N's kernel; defined only in row N's own .cu (FLINT_INSTANTIATE(N)), so
-// that a row without one fails to link and one without a row fails to compile.
+// Row N's kernel; defined only in row N's own .cu (FLINT_INSTANTIATE(N)): a
+// row without one leaves an undefined symbol (the import fails), a .cu
+// without a row fails to compile.
 template <int N>
 struct variant_entry {
   static KernelEntry get();
