@@ -11,6 +11,7 @@ CUDA tensors then get an error that says so.
 
 import glob
 import os
+import re
 import sys
 
 import torch
@@ -46,6 +47,39 @@ OP_SOURCES = [f for f in sources("csrc/**/*.cpp", "csrc/**/*.cu")
               if f not in TESTING_SOURCES and f not in CPU_ONLY_SOURCES]
 
 
+# The kernels: one row each in variants.h; Build writes each row's .cu (row N:
+# FLINT_INSTANTIATE(N)) into the build folder, so that they compile in parallel.
+VARIANTS_H = "csrc/decode_attention/kernels/variants.h"
+VARIANT_ROW = re.compile(r"^\s*FLINT_VARIANT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)", re.M)
+
+
+def variant_names() -> list[str]:
+    """Row N's kernel name, e.g. split_bf16_w4_s2, for each row of variants.h."""
+    with open(os.path.join(ROOT, VARIANTS_H)) as f:
+        text = f.read()
+    rows = VARIANT_ROW.findall(text)
+    # Every row, or the extension would lack a kernel (an undefined symbol at import).
+    code = [line for line in text.splitlines() if not line.lstrip().startswith("//")]
+    if not rows or len(rows) != sum(line.count("FLINT_VARIANT(") for line in code):
+        sys.exit(f"flint setup: {VARIANTS_H}: a row that is not FLINT_VARIANT(family, format, warps, stages)")
+    return [f"{family}_{fmt}_w{warps}_s{stages}" for family, fmt, warps, stages in rows]
+
+
+def write_variant_sources(folder: str) -> list[str]:
+    """One .cu per row of variants.h in `folder` (rewritten only when changed,
+    so that ninja rebuilds only what changed); their paths."""
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for n, name in enumerate(variant_names()):
+        path = os.path.join(folder, f"{name}.cu")
+        text = f'#include "decode_attention/kernels/instantiate.cuh"\nFLINT_INSTANTIATE({n})\n'
+        if not os.path.isfile(path) or open(path).read() != text:
+            with open(path, "w") as f:
+                f.write(text)
+        paths.append(path)
+    return paths
+
+
 def why_cpu_only() -> str | None:
     """Why the CUDA kernel cannot or should not be built here, or None."""
     if os.environ.get("FLINT_CPU_ONLY", "0") not in ("", "0"):
@@ -77,11 +111,16 @@ common = dict(include_dirs=[os.path.join(ROOT, "csrc")], py_limited_api=True)
 
 
 class Build(BuildExtension):
-    """Builds _C first, then links _testing against it (found next to it at
-    run time through $ORIGIN), so the test ops launch the op's own kernels."""
+    """Builds _C first (with the kernels of variants.h), then links _testing
+    against it (found next to it at run time through $ORIGIN), so the test ops
+    launch the op's own kernels."""
 
     def build_extensions(self):
         self.extensions.sort(key=lambda e: e.name != "flint_attention._C")
+        if reason is None:  # the kernels, generated here: not in git, not under csrc/
+            op = self.extensions[0]
+            generated = write_variant_sources(os.path.join(self.build_temp, "kernels"))
+            op.sources = op.sources + [s for s in generated if s not in op.sources]
         # One extension at a time (`build_ext -j N` would link _testing before
         # _C exists); ninja compiles each one's sources in parallel (MAX_JOBS).
         self.parallel = None

@@ -36,7 +36,7 @@ Floors and goals
 Implementations (--impls; one that cannot run is reported missing with its
 exception, never estimated)
     flint          the public op
-    flint-split    the split kernels' plan for the row (plans.legacy_plan), through
+    flint-split    the split kernels' plan for the row (plans.split_rules_plan), through
                    the test-only extension, forced on every row (an A/B): what the
                    op launches for sliding windows and for full attention below 8
                    requests or while the split grid gives a pair >= 8 CTAs

@@ -347,7 +347,7 @@ def make_flint_balanced(inp: RowInputs, kv_dtype: str) -> Impl:
 
 def _make_flint_forced(inp: RowInputs, kv_dtype: str, balanced: bool) -> Impl:
     """A plan forced through the test-only plans: the split kernels' rules
-    (plans.legacy_plan, named by the testing extension's op) or the balanced
+    (plans.split_rules_plan, named by the testing extension's op) or the balanced
     kernel."""
     plans = import_plans()
     row, kv = inp.row, inp.cache(kv_dtype)
@@ -356,7 +356,7 @@ def _make_flint_forced(inp: RowInputs, kv_dtype: str, balanced: bool) -> Impl:
     fns, names = [], set()
     for s in inp.sets(kv_dtype):
         plan = (plan_of(plans.balanced_plan, kv) if balanced
-                else plan_of(plans.legacy_plan, inp.qs[s], kv, row.window))
+                else plan_of(plans.split_rules_plan, inp.qs[s], kv, row.window))
         names.add(plan.name)
         fns.append(functools.partial(plans.run_with_plan, plan, inp.qs[s], kv, inp.tables[s],
                                      inp.seq_lens, inp.sinks, row.window, SCALE, outs[s],
@@ -372,7 +372,7 @@ def plan_balance(inp: RowInputs, kv_dtype: str, split: bool = False) -> dict:
     try:
         plans = import_plans()
         row, q, kv = inp.row, inp.qs[0], inp.cache(kv_dtype)
-        plan = plan_of(plans.legacy_plan if split else plans.default_plan, q, kv, row.window)
+        plan = plan_of(plans.split_rules_plan if split else plans.default_plan, q, kv, row.window)
         mx, mean = plan.balance(list(row.seq_lens), row.window, row.kv_heads)
         return {"plan": plan.name, "max_pages": int(mx), "mean_pages": float(mean),
                 "ratio": float(mx) / float(mean) if mean else None}

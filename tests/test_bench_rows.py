@@ -208,7 +208,7 @@ def _plans_stub():
 
     m = types.ModuleType("flint_attention.testing.plans")
     m.default_plan = lambda q, kv_cache, window: Plan("default")
-    m.legacy_plan = lambda q, kv_cache, window: Plan("split")
+    m.split_rules_plan = lambda q, kv_cache, window: Plan("split")
     m.run_with_plan = lambda plan, *a, k_scale=None, v_scale=None: flint_decode_attention(
         *a, k_scale=k_scale, v_scale=v_scale)
     return m
@@ -262,7 +262,7 @@ def test_worker_reports_missing_plans_and_resumes(tmp_path):
     # kernel (a CUDA build) or their extension is not built (a CPU-only build).
     assert r["impls"]["flint-split"]["status"] == "missing"
     reason = r["impls"]["flint-split"]["reason"]
-    assert "plans unavailable" in reason or "flint_testing::legacy_plan" in reason, reason
+    assert "plans unavailable" in reason or "flint_testing::split_rules_plan" in reason, reason
     error = r["balance"]["flint"]["error"]
     assert "plans unavailable" in error or "flint_testing::" in error, error
     # A lost worker's implementation in progress: recorded, its kind excluded.

@@ -95,7 +95,7 @@ def test_matches_kernel_numerics_bitwise(window, scale, kv_dtype):
 
 def test_minus_inf_logits_bitwise():
     # Request 1's logits are all -inf (a -inf key element times q > 0), request
-    # 2's partly: the shift of 0 instead of -inf (README, Non-finite values).
+    # 2's partly: the shift of 0 instead of -inf (docs/semantics.md).
     inp = make_paged_inputs(3, [33, 40, 50], 1, None, "cpu", shuffle_blocks=False, poison=False)
     ints = lambda t: torch.randint(-2, 3, t.shape).float()  # noqa: E731
     inp.q.copy_(ints(inp.q))

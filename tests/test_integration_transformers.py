@@ -38,7 +38,7 @@ import pytest
 import torch
 from conftest import needs_hopper
 
-pytest.importorskip("transformers", reason="needs the transformers extra: pip install 'flint-attention[transformers]'")
+pytest.importorskip("transformers", reason="needs the transformers extra: pip install -e '.[transformers]'")
 from flint_attention.integrations import transformers as flint_tf  # noqa: E402
 
 # Max |flint - eager| over the vocabulary, per request and step, for the
@@ -281,7 +281,7 @@ def test_flint_imports_without_transformers():
         "import sys; sys.modules['transformers'] = None\n"  # any import of it fails
         "import flint_attention, flint_attention.integrations\n"
         "try:\n    import flint_attention.integrations.transformers\n"
-        "except ImportError as e:\n    print('needs the extra' if 'flint-attention[transformers]' in str(e) else e)\n"
+        "except ImportError as e:\n    print('needs the extra' if \"pip install -e '.[transformers]'\" in str(e) else e)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "needs the extra", result.stdout + result.stderr

@@ -1,5 +1,6 @@
-"""Every compiled kernel variant, from the extension's own table (launch_plan.cpp,
-read through flint_attention.testing.plans), launched with an explicit plan,
+"""Every compiled kernel variant, from the extension's own table (the rows of
+csrc/decode_attention/kernels/variants.h, read through
+flint_attention.testing.plans), launched with an explicit plan,
 against the float64 reference and against a second run (bitwise: a moving
 result is a race). The op itself launches only the default plan; the others
 are there for A/B runs, and must compute right answers too.
@@ -101,9 +102,9 @@ def test_default_plan(kv_dtype):
         plan = plans.default_plan(q, cache, window)
         host = plans.plan_for_shape(batch, kvh, window, kv, sms)
         assert plan == dataclasses.replace(host, pdl=plan.pdl), (batch, kvh, window, plan, host)
-        legacy = plans.legacy_plan(q, cache, window)
-        host = plans.plan_for_shape(batch, kvh, window, kv, sms, legacy=True)
-        assert legacy == dataclasses.replace(host, pdl=legacy.pdl), (batch, kvh, window, legacy)
+        split = plans.split_rules_plan(q, cache, window)
+        host = plans.plan_for_shape(batch, kvh, window, kv, sms, split_rules=True)
+        assert split == dataclasses.replace(host, pdl=split.pdl), (batch, kvh, window, split)
 
 
 def test_unsupported_plan_is_an_error():
@@ -164,7 +165,7 @@ def test_split_ctas_follow_the_lengths(kv_dtype, batch, kvh):
     made = [make_paged_inputs(batch, lens, kvh, None, "cuda", num_blocks=batch * 4400 + 64,
                               max_blocks=4400, **fp8) for lens in sets]
     live = made[0]
-    plan = plans.legacy_plan(live.q, live.kv_cache, None)
+    plan = plans.split_rules_plan(live.q, live.kv_cache, None)
     assert plan.kind == "split", plan
     run(plan, live, None)
     torch.cuda.synchronize()
@@ -194,7 +195,7 @@ def test_split_merge_fan_in(kv_dtype):
     for seq_len in [144 * f for f in fan_ins] + [144 * 50 - 5, 65536]:
         fp8 = dict(kv_dtype=FP8, k_scale=0.03, v_scale=[0.5]) if kv_dtype == FP8 else {}
         inp = make_paged_inputs(1, [seq_len], 1, None, "cuda", **fp8)
-        plan = plans.legacy_plan(inp.q, inp.kv_cache, None)
+        plan = plans.split_rules_plan(inp.q, inp.kv_cache, None)
         assert plan.kind == "split" and plan.warps == 9, plan
         check_twice(plan, inp, None)
 
@@ -204,7 +205,7 @@ def test_split_plan_of_one_split_uses_no_workspace():
     # writes its output itself, so the launch needs no partials or counters
     # (it once asked for 8 counters a pair, more than the workspace holds).
     inp = make_paged_inputs(600, torch.randint(0, 70, (600,)).tolist(), 8, None, "cuda")
-    plan = plans.legacy_plan(inp.q, inp.kv_cache, None)
+    plan = plans.split_rules_plan(inp.q, inp.kv_cache, None)
     assert plan.kind == "split" and plan.splits == 1, plan
     check_twice(plan, inp, None)
 
@@ -267,7 +268,7 @@ def test_split_phase_stamps_build_changes_no_bit(kv_dtype, seq_lens, kvh):
     # one request with nothing to attend.
     fp8 = dict(kv_dtype=FP8, k_scale=0.03, v_scale=[0.5] * kvh) if kv_dtype == FP8 else {}
     inp = make_paged_inputs(len(seq_lens), seq_lens, kvh, None, "cuda", **fp8)
-    plan = plans.legacy_plan(inp.q, inp.kv_cache, None)
+    plan = plans.split_rules_plan(inp.q, inp.kv_cache, None)
     assert plan.kind == "split" and plan.warps == 9, plan
     run(plan, inp, None)
     torch.cuda.synchronize()

@@ -69,7 +69,7 @@ def test_plan_rules(sms):
                                 (shape, plan)
                         else:
                             # Longer windows: the full-attention split rules.
-                            full = plans.plan_for_shape(batch, kvh, None, kv, sms, legacy=True)
+                            full = plans.plan_for_shape(batch, kvh, None, kv, sms, split_rules=True)
                             assert plan == full, (shape, plan, full)
                 if not balanced:
                     # The same split plan for both formats, twice the (half-size)

@@ -1,5 +1,5 @@
 """NaN and infinities in the inputs, and logits that overflow float32: the rule
-in the README (Semantics, Non-finite values), held on the CPU path, the CUDA
+in docs/semantics.md (Non-finite values), held on the CPU path, the CUDA
 kernel and the float64 reference alike.
 
 Each case states the expected outputs outright (which heads or dims are NaN,

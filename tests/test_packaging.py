@@ -125,7 +125,7 @@ def test_every_decode_kernel_has_pdl_page_copies_and_mma_in_sass():
     kernels = re.split(r"\n\s*Function : ", sass)[1:]
     decode = [k for k in kernels
               if re.match(r"_ZN5flint\d+decode_attention(_warp_per_head|_balanced)?_kernel", k)]
-    assert len(decode) >= 8, f"found {len(decode)} decode kernels"
+    assert len(decode) == len(variant_rows()), f"found {len(decode)} decode kernels"
     balanced = [k for k in decode if "balanced" in k.split("\n", 1)[0]]
     assert len(balanced) >= 2, f"found {len(balanced)} balanced kernels"
     for k in decode:
@@ -137,6 +137,26 @@ def test_every_decode_kernel_has_pdl_page_copies_and_mma_in_sass():
         copy = "UTMALDG" if "KvFp8" in name else "UBLKCP"
         assert copy in k and "HMMA" in k, f"no {copy} page copy / mma in {name}"
         assert not re.search(r"\b(LDL|STL)\b", k), f"local memory in {name}"
+
+
+def variant_rows() -> list[tuple[str, str, int, int]]:
+    """(family, format, warps, stages) of each row of the kernel list."""
+    text = (ROOT / "csrc/decode_attention/kernels/variants.h").read_text()
+    rows = re.findall(r"^\s*FLINT_VARIANT\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)", text, re.M)
+    return [(family, fmt, int(warps), int(stages)) for family, fmt, warps, stages in rows]
+
+
+@needs_cuda_kernel
+def test_compiled_variants_are_the_rows_of_the_kernel_list():
+    # One list names the kernels (variants.h): the extension's table follows it
+    # row for row, in its order (a row's kernel is its own generated .cu).
+    from flint_attention.testing import plans
+
+    families = {"balanced": ("balanced", 0), "split": ("split", 4), "cluster4": ("cluster", 4),
+                "warp_per_head": ("warp-per-head", 0)}
+    want = [(*families[family], fmt, warps, stages) for family, fmt, warps, stages in variant_rows()]
+    got = [(p.kind, p.splits, p.kv, p.warps, p.stages) for p in plans.variants()]
+    assert len(want) == 14 and got == want
 
 
 def test_shipped_extension_has_no_testing_code():

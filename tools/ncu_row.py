@@ -29,7 +29,7 @@ s = sets[0]
 if which == "default":
     plan = plans.default_plan(s.q, s.kv_cache, window)
 elif which == "split":
-    plan = plans.legacy_plan(s.q, s.kv_cache, window)
+    plan = plans.split_rules_plan(s.q, s.kv_cache, window)
 else:
     plan = plans.balanced_plan(s.kv_cache)
 print(row, plan.name, flush=True)

@@ -128,7 +128,7 @@ def run_row(name, kv):
 def run_split_row(name, kv):
     lens, kvh, window, sets = row_sets(name, kv)
     s0 = sets[0]
-    plan = plans.legacy_plan(s0.q, s0.kv_cache, window)
+    plan = plans.split_rules_plan(s0.q, s0.kv_cache, window)
     if plan.kind != "split" or plan.warps != SPLIT_WARPS:
         print(f"\n{name} {kv}: the split plan is {plan.name}; the probe is built for the "
               f"{SPLIT_WARPS}-warp splits only (<= 8 pairs): skipped")

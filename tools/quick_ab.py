@@ -186,9 +186,9 @@ def main():
             wanted = args.plans.split(",")
             cands = [("default", None)] if "default" in wanted else []
             if "split" in wanted:
-                cands.append(("split", plans.legacy_plan(s.q, s.kv_cache, window)))
+                cands.append(("split", plans.split_rules_plan(s.q, s.kv_cache, window)))
             if "full" in wanted and window:  # the full-attention rules, the window kept
-                cands.append(("full", plans.legacy_plan(s.q, s.kv_cache, None)))
+                cands.append(("full", plans.split_rules_plan(s.q, s.kv_cache, None)))
             if "balanced" in wanted:
                 cands.append(("balanced", plans.balanced_plan(s.kv_cache)))
             if args.variants:

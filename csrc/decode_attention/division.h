@@ -43,7 +43,7 @@ FLINT_HOST_DEVICE SeqExtent seq_extent(const DecodeParams& p, int raw_len) {
 // is piece_cost units, then one unit per page. A warp's piece of a segment
 // has a fixed cost besides its pages (q and the scales in, the output or
 // partial out): about one page's time with an fp8 page, while with a bf16 one
-// it hides under the wait for HBM (device run 110), so a warp whose share
+// it hides under the wait for HBM, so a warp whose share
 // holds many short segments gets fewer pages.
 constexpr FLINT_HOST_DEVICE int piece_cost_units(KvDtype kv) { return kv == KvDtype::kBf16 ? 0 : 1; }
 

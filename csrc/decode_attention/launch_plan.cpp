@@ -1,8 +1,10 @@
 #include "decode_attention/launch_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
+#include <utility>
 
 #include <cudaTypedefs.h>
 
@@ -11,33 +13,13 @@
 namespace flint {
 namespace {
 
-// The compiled variants (what plan_launch can pick): what a plan names, and
-// the kernel that runs it.
-struct Variant {
-  KernelKind kind;
-  KvDtype kv;
-  int warps, stages;
-  int cluster;  // kCluster: the cluster's size (the plan's splits)
-  KernelEntry (*entry)();
-};
-
-constexpr Variant kVariants[] = {
-    {KernelKind::kBalanced, KvDtype::kBf16, 8, 2, 0, balanced_bf16_w8_s2},
-    {KernelKind::kBalanced, KvDtype::kFp8E4m3, 8, 4, 0, balanced_fp8_w8_s4},
-    {KernelKind::kSplit, KvDtype::kBf16, 4, 2, 0, split_bf16_w4_s2},
-    {KernelKind::kSplit, KvDtype::kBf16, 4, 3, 0, split_bf16_w4_s3},
-    {KernelKind::kSplit, KvDtype::kBf16, 8, 2, 0, split_bf16_w8_s2},
-    {KernelKind::kSplit, KvDtype::kBf16, 9, 2, 0, split_bf16_w9_s2},
-    {KernelKind::kCluster, KvDtype::kBf16, 4, 2, 4, cluster4_bf16_w4_s2},
-    {KernelKind::kWarpPerHead, KvDtype::kBf16, 4, 3, 0, warp_per_head_bf16_w4_s3},
-    {KernelKind::kSplit, KvDtype::kFp8E4m3, 4, 4, 0, split_fp8_w4_s4},
-    {KernelKind::kSplit, KvDtype::kFp8E4m3, 4, 6, 0, split_fp8_w4_s6},
-    {KernelKind::kSplit, KvDtype::kFp8E4m3, 8, 4, 0, split_fp8_w8_s4},
-    {KernelKind::kSplit, KvDtype::kFp8E4m3, 9, 4, 0, split_fp8_w9_s4},
-    {KernelKind::kCluster, KvDtype::kFp8E4m3, 4, 4, 4, cluster4_fp8_w4_s4},
-    {KernelKind::kWarpPerHead, KvDtype::kFp8E4m3, 4, 6, 0, warp_per_head_fp8_w4_s6},
-};
-constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+// Each row's kernel, by its index in kVariants.
+template <int... N>
+constexpr auto entries(std::integer_sequence<int, N...>) {
+  return std::array<KernelEntry (*)(), sizeof...(N)>{&variant_entry<N>::get...};
+}
+constexpr auto kEntries = entries(std::make_integer_sequence<int, kNumVariants>());
+KernelEntry entry_of(const Variant& v) { return kEntries[&v - kVariants](); }
 
 const Variant* find_variant(const LaunchPlan& plan) {
   for (const Variant& v : kVariants) {
@@ -69,7 +51,7 @@ cudaError_t prepare(const Variant& v, int device, int smem_bytes, bool sliding, 
       return cudaSuccess;
     }
   }
-  const KernelEntry k = v.entry();
+  const KernelEntry k = entry_of(v);
   int max_optin = 0, sms = 0, fit = 0;
   cudaError_t err = cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err == cudaSuccess)
@@ -122,82 +104,49 @@ int64_t pairs_per_warp(int64_t num_pairs, const Residency& res, int warps) {
 
 }  // namespace
 
-// The split kernels' rules (each rule's evidence: docs/launch-plan-history.md),
-// from the batch size, kv heads and window only. An fp8 page is half a bf16
-// one: twice the ring slots keep the bytes in flight per warp, the shared
-// memory and so the residency these rules were measured with.
+// Split kernels' rules (docs/design.md); an fp8 page is half a bf16 one: twice the slots for fp8.
 // Short windows over at most this many requests take the cluster kernel.
 constexpr int kClusterMaxBatch = 2;
 
 LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool short_window, KvDtype kv,
                               int num_sms) {
   const int num_bh = batch * num_kv_heads;
-  const int slots_per_bf16_slot = kv == KvDtype::kBf16 ? 1 : 2;
+  const int slots = kv == KvDtype::kBf16 ? 1 : 2;  // ring slots per bf16 one
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
-  LaunchPlan p;
-  p.kv = kv;
-  auto set = [&](KernelKind kind, int splits, int warps, int stages, int min_pages, Refill refill) {
-    p.kind = kind;
-    p.splits = splits;
-    p.warps = warps;
-    p.stages = stages * slots_per_bf16_slot;
-    p.min_pages = min_pages;
-    p.refill = refill;
-    return p;
-  };
+  using K = KernelKind;
+  using R = Refill;
   if (short_window) {
     if (batch <= kClusterMaxBatch)
-      return set(KernelKind::kCluster, 4, 4, 2, 1, Refill::kBeforeWait);
+      return {.kind = K::kCluster, .kv = kv, .warps = 4, .stages = 2 * slots, .splits = 4,
+              .min_pages = 1, .refill = R::kBeforeWait};
     if (num_bh >= 3 * num_sms)
-      return set(KernelKind::kWarpPerHead, 0, 4, 3, 1, Refill::kKernelRule);
-    if (batch <= 16) return set(KernelKind::kSplit, 1, 4, 2, 2, Refill::kBeforeWait);
-    return set(KernelKind::kSplit, 1, 4, batch <= 64 ? 3 : 2, 1, Refill::kBeforeWait);
+      return {.kind = K::kWarpPerHead, .kv = kv, .warps = 4, .stages = 3 * slots, .splits = 0,
+              .min_pages = 1, .refill = R::kKernelRule};
+    if (batch <= 16)
+      return {.kind = K::kSplit, .kv = kv, .warps = 4, .stages = 2 * slots, .splits = 1,
+              .min_pages = 2, .refill = R::kBeforeWait};
+    return {.kind = K::kSplit, .kv = kv, .warps = 4, .stages = (batch <= 64 ? 3 : 2) * slots,
+            .splits = 1, .min_pages = 1, .refill = R::kBeforeWait};
   }
   if (num_bh <= 8)
-    return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 9, 2, batch <= 2 ? 1 : 4,
-               Refill::kAfterUnlessLate);
+    return {.kind = K::kSplit, .kv = kv, .warps = 9, .stages = 2 * slots,
+            .splits = at_least_1(num_sms / num_bh), .min_pages = batch <= 2 ? 1 : 4,
+            .refill = R::kAfterUnlessLate};
   if (batch <= 2)
-    return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 8, 2, 1, Refill::kAfterWait);
+    return {.kind = K::kSplit, .kv = kv, .warps = 8, .stages = 2 * slots,
+            .splits = at_least_1(2 * num_sms / num_bh), .min_pages = 1, .refill = R::kAfterWait};
   if (batch <= 4)
-    return set(KernelKind::kSplit, at_least_1(num_sms / num_bh), 8, 2, 2, Refill::kAfterWait);
-  return set(KernelKind::kSplit, at_least_1(2 * num_sms / num_bh), 4, 3, 2, Refill::kBeforeWait);
+    return {.kind = K::kSplit, .kv = kv, .warps = 8, .stages = 2 * slots,
+            .splits = at_least_1(num_sms / num_bh), .min_pages = 2, .refill = R::kAfterWait};
+  return {.kind = K::kSplit, .kv = kv, .warps = 4, .stages = 3 * slots,
+          .splits = at_least_1(2 * num_sms / num_bh), .min_pages = 2, .refill = R::kBeforeWait};
 }
 
-// The balanced kernel divides the pages on the device from the actual
-// lengths. Where it runs, 8-warp CTAs, one per SM: 2 slots of 8 KB (bf16) or
-// 4 of 4 KB (fp8) a warp keep ~64-128 KB in flight per SM, what one SM's
-// bulk-copy intake needs, and 8 warps per SM give the fp8 conversions the
-// issue slots they need (device runs 83-85).
-//
-// The split kernels stay for sliding-window layers, for full attention
-// below kBalancedMinBatch requests, and wherever their grid (2 x SMs CTAs)
-// gives every (request, kv head) pair at least kSplitMinCtasPerPair CTAs:
-// a balanced call costs a few us more than a split one (its merges' round
-// trips after the streams, and the next call's CTAs can start only as this
-// one's leave), which the balance repays only where the split grid's CTAs
-// are too few to follow ragged lengths. Why it generalises: it counts the
-// split grid's CTAs a pair (cta_share divides them among the requests by
-// their lengths), not a shape; 8 a pair left a skewed batch's long request
-// within a few % of balanced, 4 did not (docs/launch-plan.md). The same rule
-// for both formats.
+// Balanced (a few us more a call) from 8 requests where < 8 split CTAs a pair miss ragged lengths.
 constexpr int kBalancedMinBatch = 8;
 constexpr int kSplitMinCtasPerPair = 8;
 
-// The short-span kernels give a (request, kv head) pair one warp (warp per
-// head), one 4-warp CTA (one split) or a cluster of four CTAs (1-2
-// requests), on a grid of at most one CTA a pair: right for spans of a few
-// pages a warp, where a call's serial latencies outweigh its bytes. A longer
-// window gives those warps tens of pages each while SMs idle, so it is
-// planned as full attention by the split kernels, which size each pair's
-// CTAs on the device from its windowed pages (cta_share, fewest_splits).
-// The bound is 8 pages a warp of the kernel that would stream the pair, 4
-// where that kernel's grid has fewer CTAs than a quarter of the SMs: its
-// CTAs then stream nearly alone, each at one CTA's rate, and the longest
-// one is the call. Why it generalises: it counts a pair's pages per warp and
-// the grid's CTAs per SM, not a shape. Never the balanced kernel: a window
-// caps every span, so a windowed batch is as even as its window allows, and
-// on even spans the split kernels' smaller fixed cost wins. Evidence:
-// docs/launch-plan.md (runs 163-165).
+// <= 8 pages a warp (4 if < SMs/4 CTAs): past that, a grid of one CTA a pair leaves SMs idle.
 bool short_window(int window, int batch, int num_kv_heads, int num_sms) {
   if (window <= 0) return false;
   const bool cluster = batch <= kClusterMaxBatch;
@@ -215,13 +164,9 @@ LaunchPlan plan_launch(int batch, int num_kv_heads, int window, KvDtype kv, int 
   if (!balanced)
     return split_kernels_plan(batch, num_kv_heads,
                               short_window(window, batch, num_kv_heads, num_sms), kv, num_sms);
-  LaunchPlan plan;
-  plan.kind = KernelKind::kBalanced;
-  plan.kv = kv;
-  plan.warps = 8;
-  plan.stages = kv == KvDtype::kBf16 ? 2 : 4;
-  plan.refill = Refill::kKernelRule;
-  return plan;
+  // 8 warps of 2 x 8 KB (bf16) or 4 x 4 KB (fp8) slots: the bytes in flight an SM's intake needs.
+  return {.kind = KernelKind::kBalanced, .kv = kv, .warps = 8,
+          .stages = kv == KvDtype::kBf16 ? 2 : 4, .refill = Refill::kKernelRule};
 }
 
 std::string check_plan(const LaunchPlan& plan) {
@@ -241,14 +186,14 @@ int num_variants() { return kNumVariants; }
 
 LaunchPlan variant_plan(int i) {
   const Variant& v = kVariants[i];
-  LaunchPlan p;
-  p.kind = v.kind;
-  p.kv = v.kv;
-  p.warps = v.warps;
-  p.stages = v.stages;
-  p.splits = v.kind == KernelKind::kCluster ? v.cluster : v.kind == KernelKind::kSplit ? 4 : 0;
-  p.refill = v.kind == KernelKind::kBalanced ? Refill::kKernelRule : Refill::kBeforeWait;
-  return p;
+  return {.kind = v.kind,
+          .kv = v.kv,
+          .warps = v.warps,
+          .stages = v.stages,
+          .splits = v.kind == KernelKind::kCluster ? v.cluster
+                    : v.kind == KernelKind::kSplit ? 4
+                                                   : 0,
+          .refill = v.kind == KernelKind::kBalanced ? Refill::kKernelRule : Refill::kBeforeWait};
 }
 
 namespace {
@@ -258,7 +203,7 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
                      Residency* res) {
   const Variant& v = *find_variant(plan);
   const bool sliding = p.window > 0;
-  const int smem = split_smem_bytes(v, v.entry().smem_bytes, sliding);
+  const int smem = split_smem_bytes(v, entry_of(v).smem_bytes, sliding);
   cudaError_t err = prepare(v, device, smem, sliding, res);
   if (err != cudaSuccess) return err;
   const int64_t num_pairs = int64_t(p.batch) * p.num_kv_heads;
@@ -325,7 +270,7 @@ cudaError_t encode_kv_map(DecodeParams& p) {
   // blocks (fp8 strides are bytes). A box is one half of a page: K (c0 = 0)
   // or V (c0 = 128), 16 rows of 128 bytes. No L2 promotion: the two boxes
   // then read each line once, as the bf16 bulk copies do (promoting a K box's
-  // lines to 256 bytes fetches the V half twice; docs/launch-plan.md).
+  // lines to 256 bytes fetches the V half twice).
   const cuuint64_t dims[4] = {cuuint64_t(kRowElems), cuuint64_t(kPageTokens),
                               cuuint64_t(p.num_kv_heads), cuuint64_t(p.num_blocks)};
   // A dim of size 1 may carry any stride (a view's); give the encoder one it
@@ -389,7 +334,7 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan
   launch.attrs = attrs;
   launch.numAttrs = n;
   void* args[] = {&p};
-  return cudaLaunchKernelExC(&launch, find_variant(plan)->entry().fn, args);
+  return cudaLaunchKernelExC(&launch, entry_of(*find_variant(plan)).fn, args);
 }
 
 }  // namespace flint

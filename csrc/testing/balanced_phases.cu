@@ -4,7 +4,7 @@
 // (0: not reached), and sums the warp's stream cycles by StreamSection
 // (decode_attention/page_ring.cuh). Launched as the op launches it (workspace, grid, PDL), so a
 // CUDA graph of back-to-back calls shows where a call's time goes
-// (benchmarks/phases_row.py). Registered in ops.cpp.
+// (tools/phases_row.py). Registered in ops.cpp.
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -83,12 +83,13 @@ void balanced_phases(const at::Tensor& q, const at::Tensor& kv_cache,
                         scale, out,    k_scale,      v_scale,  no_lse};
   check_decode_attention_args(args);
   const c10::cuda::CUDAGuard guard(q.device());
-  LaunchPlan plan;  // the op's balanced plan: 8 warps, 2 (bf16) or 4 (fp8) stages
-  plan.kind = KernelKind::kBalanced;
-  plan.kv = kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
-  plan.warps = 8;
-  plan.stages = plan.kv == KvDtype::kBf16 ? 2 : 4;
-  plan.refill = Refill::kKernelRule;
+  // The op's balanced plan: 8 warps, 2 (bf16) or 4 (fp8) stages.
+  const bool fp8 = kv_cache.scalar_type() == at::kFloat8_e4m3fn;
+  const LaunchPlan plan{.kind = KernelKind::kBalanced,
+                        .kv = fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBf16,
+                        .warps = 8,
+                        .stages = fp8 ? 4 : 2,
+                        .refill = Refill::kKernelRule};
   DecodeParams p = params_from_tensors(args);
   if (p.num_blocks == 0) p.max_blocks = 0;
   p.refill = plan.refill;

@@ -34,17 +34,15 @@ LaunchPlan from_ints(c10::IntArrayRef v) {
               v.size());
   TORCH_CHECK(v[0] >= 0 && v[0] <= 3 && (v[1] == 0 || v[1] == 1) && v[6] >= -1 && v[6] <= 2,
               "flint_testing: plan kind must be 0..3, kv dtype 0 or 1 and refill -1..2, got ", v);
-  LaunchPlan p;
-  p.kind = static_cast<KernelKind>(v[0]);
-  p.kv = static_cast<KvDtype>(v[1]);
-  p.warps = static_cast<int>(v[2]);
-  p.stages = static_cast<int>(v[3]);
-  p.splits = static_cast<int>(v[4]);
-  p.min_pages = static_cast<int>(v[5]);
-  p.refill = static_cast<Refill>(v[6]);
-  p.pdl = v[7] != 0;
-  p.ctas = static_cast<int>(v[8]);
-  return p;
+  return {.kind = static_cast<KernelKind>(v[0]),
+          .kv = static_cast<KvDtype>(v[1]),
+          .warps = static_cast<int>(v[2]),
+          .stages = static_cast<int>(v[3]),
+          .splits = static_cast<int>(v[4]),
+          .min_pages = static_cast<int>(v[5]),
+          .refill = static_cast<Refill>(v[6]),
+          .pdl = v[7] != 0,
+          .ctas = static_cast<int>(v[8])};
 }
 
 void decode_attention_with_plan(const at::Tensor& q, const at::Tensor& kv_cache,
@@ -70,15 +68,16 @@ std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_c
 }
 
 // The split kernels' plan (what plan_launch picks for sliding windows and
-// short full-attention calls), or with !legacy plan_launch's own.
-LaunchPlan plan_of(int batch, int kvh, int window, KvDtype kv, int sms, bool legacy) {
-  return legacy ? split_kernels_plan(batch, kvh, short_window(window, batch, kvh, sms), kv, sms)
-                : plan_launch(batch, kvh, window, kv, sms);
+// short full-attention calls), or with !split_rules plan_launch's own.
+LaunchPlan plan_of(int batch, int kvh, int window, KvDtype kv, int sms, bool split_rules) {
+  return split_rules
+             ? split_kernels_plan(batch, kvh, short_window(window, batch, kvh, sms), kv, sms)
+             : plan_launch(batch, kvh, window, kv, sms);
 }
 
 // The split kernels' plan for the call.
-std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
-                                    std::optional<int64_t> window) {
+std::vector<int64_t> split_rules_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
+                                         std::optional<int64_t> window) {
   const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
   const KvDtype kv =
       kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
@@ -87,11 +86,11 @@ std::vector<int64_t> legacy_plan_op(const at::Tensor& q, const at::Tensor& kv_ca
 }
 
 // The plan of a call of this shape on a GPU of `sms` SMs (kv 0: bf16, 1:
-// fp8; window 0: none): plan_launch's, or with `legacy` the split kernels'.
+// fp8; window 0: none): plan_launch's, or with `split_rules` the split kernels'.
 // No tensor and no GPU: the launch plan's rules checked over many shapes and
 // SM counts on any machine (tests/test_launch_plan.py).
 std::vector<int64_t> plan_for_shape_op(int64_t batch, int64_t num_kv_heads, int64_t window,
-                                       int64_t kv, int64_t sms, bool legacy) {
+                                       int64_t kv, int64_t sms, bool split_rules) {
   TORCH_CHECK(batch >= 1 && num_kv_heads >= 1 && batch * num_kv_heads <= INT32_MAX &&
                   window >= 0 && (kv == 0 || kv == 1) && sms >= 1 && sms <= 1024,
               "flint_testing.plan_for_shape: batch, num_kv_heads >= 1 (their product an int32), "
@@ -99,7 +98,7 @@ std::vector<int64_t> plan_for_shape_op(int64_t batch, int64_t num_kv_heads, int6
               window, ", ", kv, ", ", sms);
   return to_ints(plan_of(static_cast<int>(batch), static_cast<int>(num_kv_heads),
                          window_tokens(window), static_cast<KvDtype>(kv), static_cast<int>(sms),
-                         legacy));
+                         split_rules));
 }
 
 int64_t num_variants_op() { return num_variants(); }
@@ -255,9 +254,9 @@ TORCH_LIBRARY(flint_testing, m) {
         "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out, "
         "Tensor? k_scale, Tensor? v_scale, int[] plan) -> ()");
   m.def("default_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
-  m.def("legacy_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
-  m.def("plan_for_shape(int batch, int num_kv_heads, int window, int kv, int sms, bool legacy) "
-        "-> int[]", &plan_for_shape_op);
+  m.def("split_rules_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
+  m.def("plan_for_shape(int batch, int num_kv_heads, int window, int kv, int sms, "
+        "bool split_rules) -> int[]", &plan_for_shape_op);
   m.def("num_variants() -> int", &num_variants_op);
   m.def("variant(int i) -> int[]", &variant_op);
   m.def("division(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor seq_lens, int? window, "
@@ -278,7 +277,7 @@ TORCH_LIBRARY_IMPL(flint_testing, CUDA, m) {
   m.impl("pdl_token_writer", &pdl_token_writer);
   m.impl("decode_attention_with_plan", &decode_attention_with_plan);
   m.impl("default_plan", &default_plan_op);
-  m.impl("legacy_plan", &legacy_plan_op);
+  m.impl("split_rules_plan", &split_rules_plan_op);
   m.impl("division", &division_op);
   m.impl("cta_pages", &cta_pages_op);
   m.impl("balanced_phases", &balanced_phases);

@@ -4,7 +4,7 @@
 // SplitPhase, into stamps[cta][warp][phase] (0: not reached; CTAs in grid
 // order, x fastest). Launched as the op launches that plan (workspace, grid,
 // shared memory, PDL), so a CUDA graph of back-to-back calls shows where a
-// short call's time goes (benchmarks/phases_row.py --kernel split).
+// short call's time goes (tools/phases_row.py --kernel split).
 // Registered in ops.cpp.
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(32 * kProbedWarps, 1)
 }  // namespace
 
 // The op's arguments, `plan` (a split plan of 9 warps: the split kernels'
-// plan of the call, flint_testing.legacy_plan) and `stamps`: int64
+// plan of the call, flint_testing.split_rules_plan) and `stamps`: int64
 // [splits x kv heads x batch, 9, kNumSplitPhases] on q's device.
 void split_phases(const at::Tensor& q, const at::Tensor& kv_cache,
                   const at::Tensor& block_tables, const at::Tensor& seq_lens,

@@ -1,6 +1,9 @@
-// The compiled kernels: one explicit instantiation per file of this folder, so
-// that they compile in parallel; launch_plan.cpp holds the table of them.
+// The compiled kernels, from the rows of variants.h: row N's description
+// (kVariants[N]) and its kernel (variant_entry<N>, instantiated by a .cu of its
+// own that setup.py generates; instantiate.cuh). launch_plan.cpp picks among them.
 #pragma once
+
+#include "decode_attention/launch_plan.h"
 
 namespace flint {
 
@@ -10,20 +13,42 @@ struct KernelEntry {
   int smem_bytes;
 };
 
-// What plan_launch picks (launch_plan.cpp), nothing else.
-KernelEntry balanced_bf16_w8_s2();
-KernelEntry balanced_fp8_w8_s4();
-KernelEntry split_bf16_w4_s2();
-KernelEntry split_bf16_w4_s3();
-KernelEntry split_bf16_w8_s2();
-KernelEntry split_bf16_w9_s2();
-KernelEntry cluster4_bf16_w4_s2();
-KernelEntry warp_per_head_bf16_w4_s3();
-KernelEntry split_fp8_w4_s4();
-KernelEntry split_fp8_w4_s6();
-KernelEntry split_fp8_w8_s4();
-KernelEntry split_fp8_w9_s4();
-KernelEntry cluster4_fp8_w4_s4();
-KernelEntry warp_per_head_fp8_w4_s6();
+// What a plan names to pick a compiled variant.
+struct Variant {
+  KernelKind kind;
+  KvDtype kv;
+  int warps, stages;
+  int cluster;  // kCluster: the cluster's size (the plan's splits)
+};
+
+// The words of variants.h's rows.
+namespace variant_words {
+struct Family {
+  KernelKind kind;
+  int cluster;
+};
+inline constexpr Family balanced{KernelKind::kBalanced, 0};
+inline constexpr Family split{KernelKind::kSplit, 0};
+inline constexpr Family cluster4{KernelKind::kCluster, 4};
+inline constexpr Family warp_per_head{KernelKind::kWarpPerHead, 0};
+inline constexpr KvDtype bf16 = KvDtype::kBf16;
+inline constexpr KvDtype fp8 = KvDtype::kFp8E4m3;
+}  // namespace variant_words
+
+inline constexpr Variant kVariants[] = {
+#define FLINT_VARIANT(family, format, warps, stages)                                         \
+  {variant_words::family.kind, variant_words::format, warps, stages, variant_words::family.cluster},
+#include "decode_attention/kernels/variants.h"
+#undef FLINT_VARIANT
+};
+inline constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+
+// Row N's kernel; defined only in row N's own .cu (FLINT_INSTANTIATE(N)): a
+// row without one leaves an undefined symbol (the import fails), a .cu
+// without a row fails to compile.
+template <int N>
+struct variant_entry {
+  static KernelEntry get();
+};
 
 }  // namespace flint

@@ -7,5 +7,5 @@ Each adapter is a submodule that imports its library itself, so that
   models (FlintForCausalLM, GptOss, Qwen3, Llama...) generating with the
   attention "flint" and a ``FlintPagedCache``: the prefill with the model's
   own attention, every later step with Flint on a paged KV pool
-  (``pip install 'flint-attention[transformers]'``).
+  (``pip install -e '.[transformers]'`` from the clone).
 """

@@ -79,8 +79,8 @@ try:
     from transformers.masking_utils import eager_mask
 except ImportError as exc:  # the optional extra is not installed
     raise ImportError(
-        "flint_attention.integrations.transformers needs transformers: "
-        "pip install 'flint-attention[transformers]'"
+        "flint_attention.integrations.transformers needs transformers 5.23: "
+        "pip install -e '.[transformers]' in the clone"
     ) from exc
 
 ATTN_IMPLEMENTATION = "flint"

@@ -1,5 +1,5 @@
 """Launch plans, explicitly: what the op launches (``default_plan``), the
-compiled variants, the previous kernels' heuristic for A/B runs, and a call
+compiled variants, the split kernels' rules for A/B runs, and a call
 with any of them (``run_with_plan``). Through the test-only extension
 ``flint_attention._testing`` (CUDA builds only); the operator itself never
 takes a plan: it always launches ``default_plan``.
@@ -51,7 +51,9 @@ class Plan:
 
     @staticmethod
     def from_ints(v) -> Plan:
-        return Plan(KINDS[v[0]], KV_DTYPES[v[1]], *(int(x) for x in v[2:7]), bool(v[7]), int(v[8]))
+        return Plan(kind=KINDS[v[0]], kv=KV_DTYPES[v[1]], warps=int(v[2]), stages=int(v[3]),
+                    splits=int(v[4]), min_pages=int(v[5]), refill=int(v[6]), pdl=bool(v[7]),
+                    ctas=int(v[8]))
 
     def balance(self, seq_lens, window: int | None, num_kv_heads: int, max_blocks: int | None = None,
                 device=None) -> tuple[int, float]:
@@ -88,20 +90,20 @@ def default_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) ->
     return Plan.from_ints(_ops().default_plan(q, kv_cache, window))
 
 
-def legacy_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) -> Plan:
+def split_rules_plan(q: torch.Tensor, kv_cache: torch.Tensor, window: int | None) -> Plan:
     """The split kernels' plan for such a call (either cache format): what
     the op launches for sliding windows and full attention below 8 requests
     or over at most 8 (request, kv head) pairs, for A/B runs against the
     balanced kernel on any shape."""
-    return Plan.from_ints(_ops().legacy_plan(q, kv_cache, window))
+    return Plan.from_ints(_ops().split_rules_plan(q, kv_cache, window))
 
 
 def plan_for_shape(batch: int, num_kv_heads: int, window: int | None, kv: str, sms: int,
-                   legacy: bool = False) -> Plan:
-    """The op's plan (or with ``legacy`` the split kernels') for a call of this
+                   split_rules: bool = False) -> Plan:
+    """The op's plan (or with ``split_rules`` the split kernels') for a call of this
     shape on a GPU of ``sms`` SMs, computed on the host: no tensor, no GPU."""
     return Plan.from_ints(_ops().plan_for_shape(batch, num_kv_heads, window or 0,
-                                                KV_DTYPES.index(kv), sms, legacy))
+                                                KV_DTYPES.index(kv), sms, split_rules))
 
 
 def balanced_plan(kv_cache: torch.Tensor) -> Plan:

@@ -1,8 +1,0 @@
-#include "decode_attention/kernel_balanced.cuh"
-#include "decode_attention/kernels/registry.h"
-
-namespace flint {
-
-KernelEntry balanced_bf16_w8_s2() { return balanced_entry<detail::KvBf16, 8, 2>(); }
-
-}  // namespace flint

@@ -1,8 +1,0 @@
-#include "decode_attention/kernel.cuh"
-#include "decode_attention/kernels/registry.h"
-
-namespace flint {
-
-KernelEntry cluster4_bf16_w4_s2() { return split_entry<detail::KvBf16, 4, 2, 4>(); }
-
-}  // namespace flint

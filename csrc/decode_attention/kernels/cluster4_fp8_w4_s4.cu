@@ -1,8 +1,0 @@
-#include "decode_attention/kernel.cuh"
-#include "decode_attention/kernels/registry.h"
-
-namespace flint {
-
-KernelEntry cluster4_fp8_w4_s4() { return split_entry<detail::KvFp8, 4, 4, 4>(); }
-
-}  // namespace flint
