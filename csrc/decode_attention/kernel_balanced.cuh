@@ -23,39 +23,19 @@
 #include <cstdint>
 
 #include "decode_attention/common.cuh"
+#include "decode_attention/hopper.h"
 #include "decode_attention/kernels/registry.h"
-#include "decode_attention/fragments.cuh"
+#include "decode_attention/online_softmax.cuh"
 #include "decode_attention/merge.cuh"
 #include "decode_attention/numerics.h"
 #include "decode_attention/page_ring.cuh"
 #include "decode_attention/params.h"
+#include "decode_attention/probes.cuh"
 #include "ptx/griddepcontrol.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/memory.cuh"
 
 namespace flint {
-
-// Where a balanced launch's time goes: each warp passes these points in order
-// (a warp whose CTA has no cross-CTA merge stops at kCtaMerged, one that does
-// not merge last at kArrived). The operator's kernels take NoProbe, which
-// compiles to nothing; the testing extension's build stamps the clock there
-// (csrc/testing/balanced_phases.cu).
-enum BalancedPhase : int {
-  kEntered,        // the kernel starts
-  kDivided,        // the division and each warp's first request known
-  kLeadingIssued,  // the leading pages out, before griddepcontrol.wait
-  kWaited,         // past griddepcontrol.wait
-  kStreamed,       // the warp's share consumed
-  kCtaReady,       // every warp of the CTA streamed (and the empty rows zeroed)
-  kCtaMerged,      // the CTA's merge done (outputs or workspace partials stored)
-  kArrived,        // arrival at the cross-CTA merges counted
-  kFinished,       // the last arrival's merges stored
-  kNumBalancedPhases
-};
-
-struct NoProbe : detail::NoStreamProbe {
-  __device__ __forceinline__ void at(BalancedPhase) {}
-};
 
 namespace detail {
 
@@ -150,7 +130,7 @@ template <int E>
 __device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord& r,
                                        const float (&o)[E], float m, float l, int eh, int ed) {
   uint16_t* row = p.out + r.b * p.out_stride_b + (r.h * kGqa + eh) * p.out_stride_h;
-  store_out<E>(row + ed, o, r.v_scale / (l + ptx::ex2(r.sink_log2[eh] - m * r.scale_log2)));
+  store_out<E>(row + ed, o, normalize_with_sink(r.v_scale, l, r.sink_log2[eh], m * r.scale_log2));
 }
 
 }  // namespace detail
@@ -160,7 +140,7 @@ template <class Kv, int kWarps, int kStages, class Probe>
 __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe& probe) {
   using namespace detail;
   using Smem = BalancedSmem<Kv, kWarps, kStages>;
-  static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
+  static_assert(sizeof(Smem) <= hopper::kMaxSmemPerCta, "fits one CTA's shared memory");
   constexpr int kThreads = 32 * kWarps;
   // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
   constexpr int E = kGqa * kHeadDim / kThreads;
@@ -233,9 +213,9 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   const int64_t stride_block = p.kv_stride_block * Kv::kElemBytes;
   const int64_t stride_head = p.kv_stride_head * Kv::kElemBytes;
   auto span_of = [&](const Piece& c, int ring_base) {
-    return PieceSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
-                     kv + c.h * stride_head, stride_block, &p.kv_map, c.h, p.num_blocks,
-                     c.e.start_page + c.off, c.count, ring_base, c.e.start_tok, c.e.seq_len};
+    return PageSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
+                    kv + c.h * stride_head, stride_block, &p.kv_map, c.h, p.num_blocks,
+                    c.e.start_page + c.off, c.count, ring_base, c.e.start_tok, c.e.seq_len, 1};
   };
   // The piece after `c` in this share, if any: the next segment's pages
   // (the next kv head, or the next request with pages) before x1.
@@ -272,9 +252,9 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
         max(min(cur.seg_begin + cur.e.num_pages, x1) - from, int64_t(0)));
   }
 
-  const Ring<Kv, kStages> ring{sm.ring[warp], sm.bars[warp]};
+  const Ring<Kv, kStages> ring{sm.ring[warp].slots[0], sm.bars[warp]};
   ring.init(lane);
-  PieceSpan span = span_of(cur, 0);
+  PageSpan span = span_of(cur, 0);
   int bt_cur = span.block_at(lane), bt_next = span.block_at(lane + 32);
   const int current_page = (cur.e.seq_len - 1) / kPageTokens;
 
@@ -301,7 +281,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   // bt_cur / bt_next: the producer's piece's block ids (lane i: pages i and
   // i + 32 of its current 32-page block).
   Piece prod = cur;
-  PieceSpan prod_span = span;
+  PageSpan prod_span = span;
   int prod_k = min(cur.count, kStages - 1);  // issue_leading took pages 0 .. prod_k - 1
   auto prod_enter_next = [&] {
     prod = next_piece(prod);
@@ -377,8 +357,8 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
 
     if (cur.off == 0 && cur.count == cur.e.num_pages) {
       // ---- a whole segment: normalize with the sink term and store --------
-      const float inv0 = v_scale / (st.l[0] + ptx::ex2(sink0 - st.m[0] * scale_log2));
-      const float inv1 = v_scale / (st.l[1] + ptx::ex2(sink1 - st.m[1] * scale_log2));
+      const float inv0 = normalize_with_sink(v_scale, st.l[0], sink0, st.m[0] * scale_log2);
+      const float inv1 = normalize_with_sink(v_scale, st.l[1], sink1, st.m[1] * scale_log2);
       store_warp_out<Kv>(p.out + cur.b * p.out_stride_b + cur.h * kGqa * p.out_stride_h,
                          p.out_stride_h, st.o, inv0, inv1, g, t);
     } else {

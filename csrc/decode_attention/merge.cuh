@@ -159,7 +159,7 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kGqa + h) * D + dl + e];
   }
-  const float inv = out_scale / (l + ptx::ex2(sink_scaled - m_scaled));
+  const float inv = normalize_with_sink(out_scale, l, sink_scaled, m_scaled);
   uint16_t* dst_out =
       p.out + b * p.out_stride_b + (kvh * kGqa + h) * p.out_stride_h + split * D + dl;
   if constexpr (kPerThread == 2) {

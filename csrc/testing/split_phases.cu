@@ -11,7 +11,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "decode_attention/kernel.cuh"
+#include "decode_attention/kernel_split.cuh"
 #include "decode_attention/launch_plan.h"
 #include "ops/params_from_tensors.h"
 #include "ops/validation.h"

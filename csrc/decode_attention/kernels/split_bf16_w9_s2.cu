@@ -1,4 +1,4 @@
-#include "decode_attention/kernel.cuh"
+#include "decode_attention/kernel_split.cuh"
 #include "decode_attention/kernels/registry.h"
 
 namespace flint {
