@@ -1,16 +1,17 @@
 // Paged decode attention with one warp per (request, kv head), bf16 or fp8
-// cache (Kv): no splits and no merge. A persistent grid (what the GPU holds
-// at once, and at least one CTA an SM where there are as many pairs: see
-// launch_plan.cpp); warp w of CTA c takes the pair c + w x gridDim.x (and
-// every gridDim.x x kWarps-th after it), streams all its attended pages
-// through its own ring and writes the normalized output straight from its
-// fragments.
+// cache (Kv): no splits and no merge. Warp w of CTA c takes the pair
+// c + w x gridDim.x (and every gridDim.x x kWarps-th after it, where the
+// launch makes the grid persistent: fewer CTAs than the pairs need, but at
+// least one an SM where there are as many pairs; launch_plan.cpp), streams all
+// its attended pages through its own ring and writes the normalized output
+// straight from its fragments.
 //
 // Meant for short attended spans at large batch (sliding-window layers), where
 // the split kernel's CTAs spend more time on serial latencies (seq_len -> block
 // table -> page -> merge) than on bytes: here one CTA carries kWarps pairs and
 // no CTA-wide barrier, so a warp's latencies hide behind the other warps'.
-// Selected with num_splits = 0 in the launch configuration.
+// The launch plan picks it (KernelKind::kWarpPerHead) for short windows with
+// at least three pairs per SM.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,7 @@ namespace flint {
 namespace detail {
 
 // One (request, kv head) pair and its attended span (seq_extent). seq_len is
-// read before griddepcontrol.wait (see kernel.cuh).
+// read before griddepcontrol.wait (see kernel_split.cuh).
 struct PairSpan {
   int b, kvh, seq_len, start_tok, start_page, num_pages;
 };

@@ -51,7 +51,7 @@ __device__ __forceinline__ PageRows attended_rows(int page, int start_tok, int s
 // read once a call: evict-first, so they do not push out the tables, partials
 // and code that the merges after the stream need. The leading copies, all a
 // short stream has, keep L2's own policy (evict-first there made short
-// window streams slower: docs/launch-plan.md).
+// window streams slower: docs/design.md).
 __device__ __forceinline__ uint64_t page_l2_policy(int k, int stages) {
   return k >= stages - 1 ? ptx::l2_evict_first_policy() : ptx::l2_evict_unchanged_policy();
 }
@@ -224,7 +224,7 @@ struct KvFp8 {
   }
   // Whole pages, whatever rows are attended: copying only the attended 8-row
   // halves (a second map of 8-row boxes) made the fp8 rows slower, not
-  // faster (docs/launch-plan.md).
+  // faster (docs/design.md).
   __device__ __forceinline__ static uint32_t copy_bytes(PageRows /*r*/) { return kPageBytes; }
   // A page into a ring slot: its K box (c0 = 0) and V box (c0 = 128) of the
   // tensor map, at kv head `head` of block `block`.

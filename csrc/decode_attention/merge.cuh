@@ -4,7 +4,7 @@
 // distributed shared memory. Both finish softmax with the sink term:
 //   out = v sum_s w_s O_s / (sum_s w_s l_s + 2^(sink log2(e) - M c)),
 //   w_s = 2^(m_s c - M c), M = max_s m_s, c = the logits' scale x log2(e)
-//   (x k_scale x 2^e for fp8, warp_pages.cuh's HeadScales), v = v_scale (1 for bf16).
+//   (x k_scale x 2^e for fp8, kv_format.cuh's HeadScales), v = v_scale (1 for bf16).
 #pragma once
 
 #include "decode_attention/params.h"

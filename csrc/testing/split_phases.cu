@@ -1,10 +1,10 @@
 // Test-only op flint_testing::split_phases: the 9-warp split kernel (the
-// plan of calls with at most 8 (request, kv head) pairs, kernel.cuh) built
+// plan of calls with at most 8 (request, kv head) pairs, kernel_split.cuh) built
 // with a probe that stamps %globaltimer (ns) as lane 0 of each warp passes each
 // SplitPhase, into stamps[cta][warp][phase] (0: not reached; CTAs in grid
 // order, x fastest). Launched as the op launches that plan (workspace, grid,
 // shared memory, PDL), so a CUDA graph of back-to-back calls shows where a
-// short call's time goes (benchmarks/phases_row.py --kernel split).
+// short call's time goes (tools/phases_row.py --kernel split).
 // Registered in ops.cpp.
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
