@@ -25,9 +25,11 @@ struct ClusterBufPlan {
 
 namespace detail {
 
-// Each warp's ring (page_ring.cuh's WarpRing: kStages page slots of Kv, one
-// mbarrier per slot). Once every warp has streamed its pages the rings hold
-// the warps' partials for the CTA merge, one after another (`partials`).
+// Each warp's ring: kStages page slots of Kv (row `warp` of `ring`, laid out
+// as page_ring.cuh's WarpRing), one mbarrier per slot. Once every warp has
+// streamed its pages the rings hold the warps' partials for the CTA merge,
+// one after another (`partials`). (Row pointers, not WarpRing objects: the
+// split kernels' address arithmetic stays that of a flat array.)
 template <class Kv, int kWarps, int kStages>
 struct RingSmem {
   union {
@@ -35,6 +37,7 @@ struct RingSmem {
     WarpPartial partials[kWarps];
   };
   ptx::Mbarrier bars[kWarps][kStages];
+  static_assert(sizeof(WarpRing<Kv, kStages>) == sizeof(ring[0]), "a row is a WarpRing");
 };
 
 // The split kernels: the rings and, with a cluster, this rank's merge buffer
