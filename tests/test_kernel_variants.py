@@ -146,7 +146,7 @@ def test_back_to_back_calls(window):
 @pytest.mark.parametrize("batch,kvh", [(8, 1), (4, 2), (3, 4), (6, 2), (16, 1)])
 def test_split_ctas_follow_the_lengths(kv_dtype, batch, kvh):
     # The split kernels divide each kv head's CTAs among the requests from the
-    # actual lengths (kernel.cuh, cta_share): one capture of the split plan,
+    # actual lengths (kernel_split.cuh, cta_share): one capture of the split plan,
     # replayed with lengths that move the division (one long request among
     # padding rows, equal lengths, one token, nothing to attend, random), each
     # replay against float64 with stale slots poisoned. The plan's own rules
@@ -188,7 +188,7 @@ def test_split_merge_fan_in(kv_dtype):
     # One request over one kv head: the 9-warp split plan gives it f = pages / 9
     # splits (up to the 132 of one wave; 64k tokens: 114), so 144 f tokens
     # give exactly f. Past a fan-in of 48 the splits merge in two levels
-    # (kernel.cuh: groups of ceil(sqrt(f)), the last group short where f is
+    # (kernel_split.cuh: groups of ceil(sqrt(f)), the last group short where f is
     # no square multiple); the lengths straddle both thresholds and the
     # uneven groups, and each one runs twice (bitwise: a moving result is a race).
     fan_ins = [16, 17, 47, 48, 49, 50, 64, 65, 113, 121, 132]
@@ -245,7 +245,7 @@ def test_cta_pages_cover_every_page_once(kind, window):
 
 
 def test_cta_pages_of_one_long_request():
-    # Worked by hand from kernel.cuh: 512 pages of one request over 16 CTAs of
+    # Worked by hand from kernel_split.cuh: 512 pages of one request over 16 CTAs of
     # 9 warps. 15 splits of 9 warps give each warp at most 4 pages (16 of the 8
     # merge warps would too, but need more splits), page k to warp k mod 135:
     # warps 0..106 take 4, 107..134 take 3, so CTAs 0..10 stream 36 pages,
@@ -263,7 +263,7 @@ def test_split_phase_stamps_build_changes_no_bit(kv_dtype, seq_lens, kvh):
     # The testing extension's stamped build of the 9-warp split kernel
     # (tools/phases_row.py --kernel split) computes what the op's build
     # computes, bit for bit, and stamps each warp's phases (SplitPhase,
-    # kernel.cuh) in order. [65536] over one kv head: 114 splits, merged in
+    # kernel_split.cuh) in order. [65536] over one kv head: 114 splits, merged in
     # two levels; [20000, 0, 3000] over 2: the CTAs divided by the lengths,
     # one request with nothing to attend.
     fp8 = dict(kv_dtype=FP8, k_scale=0.03, v_scale=[0.5] * kvh) if kv_dtype == FP8 else {}

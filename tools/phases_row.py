@@ -1,15 +1,15 @@
 """Where a call's time goes: the balanced kernel, or with `--kernel split` the
 9-warp split kernel (the plan of calls with at most 8 (request, kv head)
 pairs), built with %globaltimer stamps at its phases
-(flint_testing.balanced_phases / split_phases; the phases are BalancedPhase in
-csrc/decode_attention/kernel_balanced.cuh and SplitPhase in kernel.cuh), in a
+(flint_testing.balanced_phases / split_phases; the phases are BalancedPhase and
+SplitPhase in csrc/decode_attention/probes.cuh), in a
 CUDA graph of back-to-back calls over L2-cold input sets, as quick_ab.py times
 them. For each row it prints, for the middle call of the chain, each phase's
 time from the call's first CTA entry (min / median / max over the warps that
 reach it), the call's span (first entry to last stamp) and the period between
 calls' entries; for the balanced kernel also per warp its stream time by the
 pieces in its share, split into the stream's sections (StreamSection in
-csrc/decode_attention/page_ring.cuh).
+csrc/decode_attention/probes.cuh).
 
     python tools/phases_row.py [--rows b1_l8k,h1_tp_64k] [--kv bf16,fp8] [--kernel split]
 """
@@ -34,11 +34,11 @@ from tools import quick_ab  # noqa: E402
 
 PHASES = ["entered", "divided", "leading", "waited", "streamed", "cta_ready", "cta_merged",
           "arrived", "finished"]
-# A warp's stream cycles by StreamSection (csrc/decode_attention/page_ring.cuh), then its pieces.
+# A warp's stream cycles by StreamSection (csrc/decode_attention/probes.cuh), then its pieces.
 SECTIONS = ["setup", "first_wait", "page_wait", "refill_sync", "refill_arrive", "refill_copy",
             "refill", "page_math", "piece_end"]
 STAMPS = len(PHASES) + len(SECTIONS) + 1
-# The split kernel's phases (SplitPhase in csrc/decode_attention/kernel.cuh).
+# The split kernel's phases (SplitPhase in csrc/decode_attention/probes.cuh).
 SPLIT_PHASES = ["entered", "shared", "leading", "waited", "streamed", "cta_merged", "arrived",
                 "finished"]
 SPLIT_WARPS = 9

@@ -38,6 +38,16 @@ __device__ __forceinline__ float rescale(float m, float scale_log2, float shift)
   return m == neg_inf() ? 0.f : ptx::ex2(fmaf(m, scale_log2, -shift));
 }
 
+// The softmax finished with the sink term, what multiplies a head's summed
+// V P: v / (l + 2^(sink log2(e) - m c)), with v = v_scale (1 for bf16), l the
+// row sum relative to the max m, m_scaled = m c (c: the logits' scale x
+// log2(e)) and sink_log2 = sink x log2(e). The sink weighs against the same
+// max as the tokens, so it needs no rescaling of its own.
+__device__ __forceinline__ float normalize_with_sink(float v, float l, float sink_log2,
+                                                     float m_scaled) {
+  return v / (l + ptx::ex2(sink_log2 - m_scaled));
+}
+
 // One chunk of partials into the running sums of one head's dims: o += w_c O_c,
 // l += w_c l_c, with w_c = weight_of(c) (the caller's rescaling rule).
 template <int E, int kChunk, class WeightOf>

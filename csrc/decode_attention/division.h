@@ -43,8 +43,8 @@ FLINT_HOST_DEVICE SeqExtent seq_extent(const DecodeParams& p, int raw_len) {
 // is piece_cost units, then one unit per page. A warp's piece of a segment
 // has a fixed cost besides its pages (q and the scales in, the output or
 // partial out): about one page's time with an fp8 page, while with a bf16 one
-// it hides under the wait for HBM, so a warp whose share
-// holds many short segments gets fewer pages.
+// it hides under the wait for HBM (a bf16 warp waits on its pages, not on its
+// own work), so a warp whose share holds many short segments gets fewer pages.
 constexpr FLINT_HOST_DEVICE int piece_cost_units(KvDtype kv) { return kv == KvDtype::kBf16 ? 0 : 1; }
 
 // A request's units per kv head (none for a request with nothing to attend).
@@ -69,7 +69,7 @@ FLINT_HOST_DEVICE Division divide_pages(int64_t total, int ctas, int warps, int 
   return {total, per_warp, per_warp * warps};
 }
 
-// ---- the split kernels' division (kernel.cuh) ------------------------------
+// ---- the split kernels' division (kernel_split.cuh) ------------------------------
 //
 // A kv head's CTAs are divided among its requests by their attended pages:
 // request b gets one CTA and `spare` x its share of the pages (rounded down),

@@ -23,39 +23,19 @@
 #include <cstdint>
 
 #include "decode_attention/common.cuh"
+#include "decode_attention/hopper.h"
 #include "decode_attention/kernels/registry.h"
-#include "decode_attention/fragments.cuh"
+#include "decode_attention/online_softmax.cuh"
 #include "decode_attention/merge.cuh"
 #include "decode_attention/numerics.h"
 #include "decode_attention/page_ring.cuh"
 #include "decode_attention/params.h"
+#include "decode_attention/probes.cuh"
 #include "ptx/griddepcontrol.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/memory.cuh"
 
 namespace flint {
-
-// Where a balanced launch's time goes: each warp passes these points in order
-// (a warp whose CTA has no cross-CTA merge stops at kCtaMerged, one that does
-// not merge last at kArrived). The operator's kernels take NoProbe, which
-// compiles to nothing; the testing extension's build stamps the clock there
-// (csrc/testing/balanced_phases.cu).
-enum BalancedPhase : int {
-  kEntered,        // the kernel starts
-  kDivided,        // the division and each warp's first request known
-  kLeadingIssued,  // the leading pages out, before griddepcontrol.wait
-  kWaited,         // past griddepcontrol.wait
-  kStreamed,       // the warp's share consumed
-  kCtaReady,       // every warp of the CTA streamed (and the empty rows zeroed)
-  kCtaMerged,      // the CTA's merge done (outputs or workspace partials stored)
-  kArrived,        // arrival at the cross-CTA merges counted
-  kFinished,       // the last arrival's merges stored
-  kNumBalancedPhases
-};
-
-struct NoProbe : detail::NoStreamProbe {
-  __device__ __forceinline__ void at(BalancedPhase) {}
-};
 
 namespace detail {
 
@@ -105,7 +85,8 @@ __device__ __forceinline__ int partial_slot(int cta, int first_cta) {
 }
 
 // Bytes one SM keeps in flight to take in its share of HBM bandwidth through
-// bulk copies (8 warps x one 8 KB page reached ~66 GB/s per SM, device run 46).
+// bulk copies (8 warps with one 8 KB page each in flight took in ~66 GB/s per
+// SM, short of its share).
 constexpr int kSmIntakeInFlight = 64 * 1024;
 
 // A block of kPer x 32 kWarps requests from `base`: thread tid's kPer
@@ -150,40 +131,38 @@ template <int E>
 __device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord& r,
                                        const float (&o)[E], float m, float l, int eh, int ed) {
   uint16_t* row = p.out + r.b * p.out_stride_b + (r.h * kGqa + eh) * p.out_stride_h;
-  store_out<E>(row + ed, o, r.v_scale / (l + ptx::ex2(r.sink_log2[eh] - m * r.scale_log2)));
+  store_out<E>(row + ed, o, normalize_with_sink(r.v_scale, l, r.sink_log2[eh], m * r.scale_log2));
 }
 
-}  // namespace detail
+// Who a thread is: its warp and lane (g = lane / 4, t = lane % 4), the dims
+// [ed, ed + E) of head eh it owns in the merges, and the CTA's place in the
+// grid (H: the kv heads, each request's segments).
+struct Place {
+  int tid, warp, lane, g, t, eh, ed, H, cta, grid;
+};
 
-// The kernel's body (decode_attention_balanced_kernel below), with its probe.
-template <class Kv, int kWarps, int kStages, class Probe>
-__device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe& probe) {
-  using namespace detail;
-  using Smem = BalancedSmem<Kv, kWarps, kStages>;
-  static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
+// What the division gives this CTA: its units [cta_begin, cta_end) of the
+// batch's sequence, and the units of each warp's share (per_warp) and of each
+// CTA's (cta_pages).
+struct CtaUnits {
+  int64_t per_warp, cta_pages, cta_begin, cta_end;
+};
+
+// ---- step 1: the division, every CTA computing it from seq_lens ----------------
+// NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
+// are written by host-to-device copies ahead of the forward, never by the
+// kernel this one overlaps with (README, programmatic dependent launch).
+// Thread tid takes requests kPer tid .. kPer tid + kPer - 1 of each block of
+// kPer kThreads: a batch of up to 4 kThreads is one round of loads and one
+// scan; a larger one takes a pass for the total and another for the starts.
+// Each warp's first request goes to sm.starts (read after the __syncthreads
+// that ends this step).
+template <class Kv, int kWarps, int kStages>
+__device__ __forceinline__ CtaUnits divide_batch(const DecodeParams& p,
+                                                 BalancedSmem<Kv, kWarps, kStages>& sm,
+                                                 const Place& at) {
   constexpr int kThreads = 32 * kWarps;
-  // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
-  constexpr int E = kGqa * kHeadDim / kThreads;
-  constexpr int kThreadsPerHead = kHeadDim / E;
-  static_assert(E == 4 || E == 8, "4 or 8 warps");
-
-  extern __shared__ __align__(1024) uint8_t smem_raw[];  // fp8 ring slots: KvFp8::kSlotAlign
-  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int g = lane >> 2, t = lane & 3;
-  const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
-  const int H = p.num_kv_heads;
-  const int cta = blockIdx.x, grid = gridDim.x;
-  if (tid == 0) Kv::prefetch_map(&p.kv_map);
-  probe.at(kEntered);
-
-  // ---- the division: every CTA computes it from seq_lens -----------------
-  // NOTE: seq_lens and block tables are read before griddepcontrol.wait: they
-  // are written by host-to-device copies ahead of the forward, never by the
-  // kernel this one overlaps with (README, programmatic dependent launch).
-  // Thread tid takes requests kPer tid .. kPer tid + kPer - 1 of each block of
-  // kPer kThreads: a batch of up to 4 kThreads is one round of loads and one
-  // scan; a larger one takes a pass for the total and another for the starts.
+  const int tid = at.tid, warp = at.warp, lane = at.lane, H = at.H, cta = at.cta, grid = at.grid;
   constexpr int kPer = 4, kBlock = kPer * kThreads;
   if (lane == 0) {
     sm.pieces[warp][0].b = sm.pieces[warp][1].b = -1;
@@ -225,17 +204,77 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
     before += blk.total;
   }
   __syncthreads();
-  probe.at(kDivided);
+  return {per_warp, cta_pages, cta_begin, cta_end};
+}
 
-  // ---- this warp's share: pieces of segments -------------------------------
-  const int64_t x0 = cta_begin + warp * per_warp, x1 = min(x0 + per_warp, cta_end);
+// A warp's first piece: the pages of the segment holding unit x0 from x0 on
+// (from page 0 where x0 is one of the segment's first kCost units); none
+// where the share [x0, x1) is empty.
+__device__ __forceinline__ Piece first_piece(const DecodeParams& p, const WarpStart& s, int64_t x0,
+                                             int64_t x1, int H, int kCost) {
+  Piece cur{};
+  if (x0 < x1) {
+    cur.b = s.b;
+    cur.e = seq_extent(p, p.seq_lens[s.b]);
+    const int units = cur.e.num_pages + kCost;
+    const int64_t into = x0 - H * s.units_before;
+    cur.h = static_cast<int>(into / units);
+    cur.seg_begin = x0 - into % units + kCost;
+    const int64_t from = max(x0, cur.seg_begin);
+    cur.off = static_cast<int>(from - cur.seg_begin);
+    cur.count = static_cast<int>(
+        max(min(cur.seg_begin + cur.e.num_pages, x1) - from, int64_t(0)));
+  }
+  return cur;
+}
+
+// A segment's k_scale, v_scale, the sinks of lane (g, t)'s heads 2t, 2t + 1
+// and its q words.
+struct SegmentInputs {
+  float k_scale, v_scale, sink0, sink1;
+  uint32_t q[16];
+};
+
+// NOTE: loaded only past griddepcontrol.wait (q is the previous kernel's
+// output); ld_global is ordered with the ring's copies and waits.
+template <class Kv>
+__device__ __forceinline__ void load_inputs(const DecodeParams& p, const Piece& c, int g, int t,
+                                            SegmentInputs& in) {
+  in.k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * c.h) : 1.f;
+  in.v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * c.h) : 1.f;
+  in.sink0 = ptx::ld_global_f32(p.sinks + c.h * kGqa + 2 * t);
+  in.sink1 = ptx::ld_global_f32(p.sinks + c.h * kGqa + 2 * t + 1);
+  Kv::load_q_words(p.q + c.b * p.q_stride_b + (c.h * kGqa + g) * p.q_stride_h, t, in.q);
+}
+
+// The prologue's probe points as the balanced kernel's phases.
+template <class Probe>
+struct BalancedPrologueProbe {
+  Probe& probe;
+  __device__ __forceinline__ void leading_issued() { probe.at(kLeadingIssued); }
+  __device__ __forceinline__ void waited() { probe.at(kWaited); }
+};
+
+// ---- step 2: a warp streams its share ----------------------------------------
+// The share [x0, x1) as pieces through one ring: a whole segment is
+// normalized and stored here, a part of one becomes a partial for the CTA
+// merge (the first piece in sm.first[warp], the last in the ring's own
+// memory, free by then) with its record in sm.pieces[warp].
+template <class Kv, int kWarps, int kStages, class Probe>
+__device__ __forceinline__ void stream_share(const DecodeParams& p,
+                                             BalancedSmem<Kv, kWarps, kStages>& sm,
+                                             const CtaUnits& u, const Place& at, Probe& probe) {
+  const int warp = at.warp, lane = at.lane, g = at.g, t = at.t, H = at.H;
+  constexpr int kCost = piece_cost_units(Kv::kDtype);
+  const int64_t per_warp = u.per_warp;
+  const int64_t x0 = u.cta_begin + warp * per_warp, x1 = min(x0 + per_warp, u.cta_end);
   const uint8_t* kv = static_cast<const uint8_t*>(p.kv_cache);
   const int64_t stride_block = p.kv_stride_block * Kv::kElemBytes;
   const int64_t stride_head = p.kv_stride_head * Kv::kElemBytes;
   auto span_of = [&](const Piece& c, int ring_base) {
-    return PieceSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
-                     kv + c.h * stride_head, stride_block, &p.kv_map, c.h, p.num_blocks,
-                     c.e.start_page + c.off, c.count, ring_base, c.e.start_tok, c.e.seq_len};
+    return PageSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
+                    kv + c.h * stride_head, stride_block, &p.kv_map, c.h, p.num_blocks,
+                    c.e.start_page + c.off, c.count, ring_base, c.e.start_tok, c.e.seq_len, 1};
   };
   // The piece after `c` in this share, if any: the next segment's pages
   // (the next kv head, or the next request with pages) before x1.
@@ -255,73 +294,45 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
     n.count = static_cast<int>(max(min(int64_t(n.e.num_pages), x1 - n.seg_begin), int64_t(0)));
     return n;
   };
-  // The first piece: the pages of the segment holding unit x0 from x0 on
-  // (from page 0 where x0 is one of the segment's first kCost units).
-  Piece cur{};
-  if (x0 < x1) {
-    const WarpStart s = sm.starts[warp];
-    cur.b = s.b;
-    cur.e = seq_extent(p, p.seq_lens[s.b]);
-    const int units = cur.e.num_pages + kCost;
-    const int64_t into = x0 - H * s.units_before;
-    cur.h = static_cast<int>(into / units);
-    cur.seg_begin = x0 - into % units + kCost;
-    const int64_t from = max(x0, cur.seg_begin);
-    cur.off = static_cast<int>(from - cur.seg_begin);
-    cur.count = static_cast<int>(
-        max(min(cur.seg_begin + cur.e.num_pages, x1) - from, int64_t(0)));
-  }
+  Piece cur = first_piece(p, sm.starts[warp], x0, x1, H, kCost);
 
-  const Ring<Kv, kStages> ring{sm.ring[warp], sm.bars[warp]};
+  const Ring<Kv, kStages> ring{sm.ring[warp].slots[0], sm.bars[warp]};
   ring.init(lane);
-  PieceSpan span = span_of(cur, 0);
-  int bt_cur = span.block_at(lane), bt_next = span.block_at(lane + 32);
-  const int current_page = (cur.e.seq_len - 1) / kPageTokens;
+  PageSpan span = span_of(cur, 0);
+  BlockIds ids = BlockIds::first(span, lane);
 
   // ---- prefetch, wait on the previous kernel --------------------------------
-  // Only the page holding the current token (its K/V is the previous kernel's
-  // write), q and out depend on the previous kernel: the other leading pages
-  // go out before the wait.
-  issue_leading(ring, span, bt_cur, current_page, false, lane);
-  probe.at(kLeadingIssued);
-  ptx::grid_dependency_wait();
-  probe.at(kWaited);
-  // A PDL-launched successor may start once every CTA is past its wait: its
-  // prologue overlaps this call's stream where an SM has room.
-  ptx::launch_dependents();
-  issue_leading(ring, span, bt_cur, current_page, true, lane);
+  BalancedPrologueProbe<Probe> prologue_probe{probe};
+  pdl_prologue(ring, span, ids.cur, (cur.e.seq_len - 1) / kPageTokens, false, lane,
+               &prologue_probe, [] {});
 
   // ---- the producer: the ring's next position and the page it takes ---------
   // The share's pages are one sequence of ring positions whatever pieces they
   // fall in: position n + kStages - 1 is issued once position n - 1 (its
   // slot) is consumed, before the step that consumes n (stream_piece's
   // fill_to), so a run of short pieces keeps the ring as full as one long
-  // piece. Its block ids come 32 pages at a time per piece; moving onto a
-  // piece loads them, used at the next issue (a consumed page later).
-  // bt_cur / bt_next: the producer's piece's block ids (lane i: pages i and
-  // i + 32 of its current 32-page block).
+  // piece. Its block ids (`ids`) come 32 pages at a time per piece; moving
+  // onto a piece loads them, used at the next issue (a consumed page later).
   Piece prod = cur;
-  PieceSpan prod_span = span;
-  int prod_k = min(cur.count, kStages - 1);  // issue_leading took pages 0 .. prod_k - 1
+  PageSpan prod_span = span;
+  int prod_k = min(cur.count, kStages - 1);  // the prologue issued pages 0 .. prod_k - 1
   auto prod_enter_next = [&] {
     prod = next_piece(prod);
     prod_span = span_of(prod, prod_span.ring_base + prod_span.count);
     prod_k = 0;
-    bt_cur = prod_span.block_at(lane);
-    bt_next = prod_span.block_at(lane + 32);
+    ids = BlockIds::first(prod_span, lane);
   };
   // Issues the ring positions before `end`, or up to the share's last.
   // NOTE: the caller's __syncwarp orders every lane's reads of the slots first.
   auto fill_to = [&](int end) {
     while (prod.count > 0 && prod_span.ring_base + prod_k < end) {
-      const int block = __shfl_sync(kFullMask, bt_cur, prod_k & 31);
+      const int block = ids.of(prod_k);
       probe.lap(kRefillSync);
       issue_page(ring, prod_span, prod_k, block, lane, probe);
       if (++prod_k == prod.count) {
         prod_enter_next();
-      } else if ((prod_k & 31) == 0) {
-        bt_cur = bt_next;
-        bt_next = prod_span.block_at(prod_k + 32 + lane);
+      } else {
+        ids.advance(prod_span, prod_k, lane);
       }
     }
   };
@@ -340,30 +351,17 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
       p.refill != Refill::kKernelRule
           ? p.refill == Refill::kAfterWait
           : per_warp > kStages && kInFlightAfterWait >= kSmIntakeInFlight;
-  // Per segment: k_scale, v_scale, the sinks of this lane's heads 2t, 2t + 1
-  // and its q words, loaded one piece ahead (the next piece's while this one
-  // streams), so that a short piece does not wait an L2 round trip for them.
-  // NOTE: loaded only past griddepcontrol.wait (q is the previous kernel's
-  // output); ld_global is ordered with the ring's copies and waits.
-  struct SegmentInputs {
-    float k_scale, v_scale, sink0, sink1;
-    uint32_t q[16];
-  };
-  auto load_inputs = [&](const Piece& c, SegmentInputs& in) {
-    in.k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * c.h) : 1.f;
-    in.v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * c.h) : 1.f;
-    in.sink0 = ptx::ld_global_f32(p.sinks + c.h * kGqa + 2 * t);
-    in.sink1 = ptx::ld_global_f32(p.sinks + c.h * kGqa + 2 * t + 1);
-    Kv::load_q_words(p.q + c.b * p.q_stride_b + (c.h * kGqa + g) * p.q_stride_h, t, in.q);
-  };
+  // A segment's inputs are loaded one piece ahead (the next piece's while
+  // this one streams), so that a short piece does not wait an L2 round trip
+  // for them.
   SegmentInputs ahead;
-  if (cur.count > 0) load_inputs(cur, ahead);
+  if (cur.count > 0) load_inputs<Kv>(p, cur, g, t, ahead);
   probe.lap(kPieceSetup);
   while (cur.count > 0) {
     const Piece nxt = next_piece(cur);
 
     const SegmentInputs in = ahead;
-    if (nxt.count > 0) load_inputs(nxt, ahead);
+    if (nxt.count > 0) load_inputs<Kv>(p, nxt, g, t, ahead);
     const float v_scale = in.v_scale;
     const float sink0 = in.sink0 * kLog2eF, sink1 = in.sink1 * kLog2eF;
     uint32_t q[16];
@@ -377,8 +375,8 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
 
     if (cur.off == 0 && cur.count == cur.e.num_pages) {
       // ---- a whole segment: normalize with the sink term and store --------
-      const float inv0 = v_scale / (st.l[0] + ptx::ex2(sink0 - st.m[0] * scale_log2));
-      const float inv1 = v_scale / (st.l[1] + ptx::ex2(sink1 - st.m[1] * scale_log2));
+      const float inv0 = normalize_with_sink(v_scale, st.l[0], sink0, st.m[0] * scale_log2);
+      const float inv1 = normalize_with_sink(v_scale, st.l[1], sink1, st.m[1] * scale_log2);
       store_warp_out<Kv>(p.out + cur.b * p.out_stride_b + cur.h * kGqa * p.out_stride_h,
                          p.out_stride_h, st.o, inv0, inv1, g, t);
     } else {
@@ -408,30 +406,42 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
     cur = nxt;
     probe.lap(kPieceEnd);
   }
+}
 
-  probe.at(kStreamed);
-
-  // seq_len-0 requests have no pages: CTA c zeroes requests c, c + grid, ...
-  // (here, while the CTA's slowest warp may still stream, not on the way to
-  // the first page).
-  for (int b = cta; b < p.batch; b += grid) {
+// seq_len-0 requests have no pages: CTA c zeroes requests c, c + grid, ...
+// (while the CTA's slowest warp may still stream, not on the way to the
+// first page).
+template <int kThreads>
+__device__ __forceinline__ void zero_empty_requests(const DecodeParams& p, const Place& at) {
+  const int tid = at.tid, H = at.H;
+  for (int b = at.cta; b < p.batch; b += at.grid) {
     if (seq_extent(p, p.seq_lens[b]).num_pages > 0) continue;
     uint16_t* row0 = p.out + b * p.out_stride_b;
     for (int i = tid; i < H * kGqa * (kHeadDim / 8); i += kThreads)
       ptx::st_global_u32x4(row0 + (i / (kHeadDim / 8)) * p.out_stride_h + (i % (kHeadDim / 8)) * 8,
                            0u, 0u, 0u, 0u);
   }
+}
 
-  // ---- merge the pieces split over this CTA's warps ------------------------
-  // Slot i = (warp i / 2, first / last) in order; the slots of one segment
-  // are consecutive (empty ones between them aside). A segment inside the
-  // CTA is finished here; one that crosses a CTA boundary (at most the
-  // first and the last) becomes a workspace partial. Every slot's record
-  // and this thread's part of its partial are loaded at once (no load waits
-  // on another), then merged online in slot order, flushed where the
-  // segment changes.
-  __syncthreads();
-  probe.at(kCtaReady);
+// The slots holding this CTA's first / last segment where it crosses a CTA
+// boundary (-1: it does not).
+struct CrossSlots {
+  int first, last;
+};
+
+// ---- step 3: merge the pieces split over this CTA's warps -----------------------
+// Slot i = (warp i / 2, first / last) in order; the slots of one segment
+// are consecutive (empty ones between them aside). A segment inside the
+// CTA is finished here; one that crosses a CTA boundary (at most the
+// first and the last) becomes a workspace partial. Every slot's record
+// and this thread's part of its partial are loaded at once (no load waits
+// on another), then merged online in slot order, flushed where the
+// segment changes. Thread tid owns dims [ed, ed + E) of head eh.
+template <class Kv, int kWarps, int kStages, int E>
+__device__ __forceinline__ CrossSlots merge_cta(const DecodeParams& p,
+                                                BalancedSmem<Kv, kWarps, kStages>& sm,
+                                                const CtaUnits& u, const Place& at) {
+  const int eh = at.eh, ed = at.ed, cta = at.cta;
   constexpr int kSlots = 2 * kWarps;
   auto record = [&](int i) -> const PieceRecord& { return sm.pieces[i / 2][i % 2]; };
   auto partial = [&](int i) -> const WarpPartial& {
@@ -450,19 +460,17 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
 #pragma unroll
     for (int e = 0; e < E / 4; ++e) slot_o[i][e] = partial_o4<Kv>(partial(i), eh, ed + 4 * e);
   }
-  // The slots holding this CTA's first / last segment when it crosses a CTA
-  // boundary (-1: it does not). Scalars, not an array: registers.
-  int cross_first = -1, cross_last = -1;
+  CrossSlots cross{-1, -1};  // scalars, not an array: registers
   int seg = -1, seg_b = 0, seg_h = 0;  // the first slot of the segment being merged, its (b, h)
   float m = neg_inf(), l = 0.f, o[E] = {};
   auto flush = [&] {
     const PieceRecord& r = record(seg);
-    const bool starts_here = r.seg_begin >= cta_begin;
-    if (starts_here && r.seg_begin + r.n <= cta_end) {
+    const bool starts_here = r.seg_begin >= u.cta_begin;
+    if (starts_here && r.seg_begin + r.n <= u.cta_end) {
       finish<E>(p, r, o, m, l, eh, ed);
     } else {
       store_global_partial<E>(p, partial_slot(cta, starts_here ? cta : -1), o, m, l, eh, ed);
-      (starts_here ? cross_last : cross_first) = seg;
+      (starts_here ? cross.last : cross.first) = seg;
     }
     m = neg_inf();
     l = 0.f;
@@ -495,14 +503,25 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
     m = m_new;
   }
   if (seg >= 0) flush();
-  probe.at(kCtaMerged);
-  if (cross_first < 0 && cross_last < 0) return;
+  return cross;
+}
 
-  // ---- merge the segments split over CTAs ------------------------------------
-  // NOTE: __syncthreads orders every thread's partial stores before the
-  // arriving thread's release (atom.acq_rel.gpu); after the next one, its
-  // acquire orders the merging threads' loads (ld.global.cg, never a stale L1
-  // line) after the other CTAs' stores.
+// ---- step 4: merge the segments split over CTAs ---------------------------------
+// The last CTA to arrive at a segment's counter merges its workspace
+// partials; past kMaxFanIn of them, in two levels (groups of ceil(sqrt(F))).
+// NOTE: __syncthreads orders every thread's partial stores before the
+// arriving thread's release (atom.acq_rel.gpu); after the next one, its
+// acquire orders the merging threads' loads (ld.global.cg, never a stale L1
+// line) after the other CTAs' stores.
+template <class Kv, int kWarps, int kStages, int E, class Probe>
+__device__ __forceinline__ void merge_across_ctas(const DecodeParams& p,
+                                                  BalancedSmem<Kv, kWarps, kStages>& sm,
+                                                  const CtaUnits& u, CrossSlots cross,
+                                                  const Place& at, Probe& probe) {
+  const int tid = at.tid, warp = at.warp, lane = at.lane, eh = at.eh, ed = at.ed;
+  const int cta = at.cta, grid = at.grid;
+  const int64_t cta_pages = u.cta_pages;
+  auto record = [&](int i) -> const PieceRecord& { return sm.pieces[i / 2][i % 2]; };
   auto first_cta = [&](const PieceRecord& r) { return static_cast<int>(r.seg_begin / cta_pages); };
   auto num_ctas = [&](const PieceRecord& r) {
     return static_cast<int>((r.seg_begin + r.n - 1) / cta_pages) - first_cta(r) + 1;
@@ -519,7 +538,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
     return p.counters + partial_slot(leader, c0);
   };
   __syncthreads();
-  const int mine = warp == 0 ? cross_first : cross_last;
+  const int mine = warp == 0 ? cross.first : cross.last;
   if (lane == 0 && warp < 2 && mine >= 0) {
     int arrivals = 0;
     int* c = counter(record(mine), arrivals);
@@ -532,7 +551,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   bool finished = false;  // (the probe's only)
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const int slot = k == 0 ? cross_first : cross_last;
+    const int slot = k == 0 ? cross.first : cross.last;
     if (slot < 0 || !sm.last_arrival[k]) continue;
     const PieceRecord& r = record(slot);
     const int c0 = first_cta(r), f = num_ctas(r);
@@ -567,6 +586,48 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
     finished = true;
   }
   if (finished) probe.at(kFinished);
+}
+
+}  // namespace detail
+
+// The kernel's body (decode_attention_balanced_kernel below), with its probe:
+// the division, each warp's share streamed, the CTA's merge, the merge across
+// CTAs.
+template <class Kv, int kWarps, int kStages, class Probe>
+__device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe& probe) {
+  using namespace detail;
+  using Smem = BalancedSmem<Kv, kWarps, kStages>;
+  static_assert(sizeof(Smem) <= hopper::kMaxSmemPerCta, "fits one CTA's shared memory");
+  constexpr int kThreads = 32 * kWarps;
+  // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
+  constexpr int E = kGqa * kHeadDim / kThreads;
+  constexpr int kThreadsPerHead = kHeadDim / E;
+  static_assert(E == 4 || E == 8, "4 or 8 warps");
+
+  extern __shared__ __align__(1024) uint8_t smem_raw[];  // fp8 ring slots: KvFp8::kSlotAlign
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
+  const Place at{tid, warp, lane, g, t, eh, ed, p.num_kv_heads, int(blockIdx.x), int(gridDim.x)};
+  if (tid == 0) Kv::prefetch_map(&p.kv_map);
+  probe.at(kEntered);
+
+  const CtaUnits u = divide_batch(p, sm, at);
+  probe.at(kDivided);
+
+  stream_share(p, sm, u, at, probe);
+  probe.at(kStreamed);
+
+  zero_empty_requests<kThreads>(p, at);
+  __syncthreads();
+  probe.at(kCtaReady);
+
+  const CrossSlots cross = merge_cta<Kv, kWarps, kStages, E>(p, sm, u, at);
+  probe.at(kCtaMerged);
+  if (cross.first < 0 && cross.last < 0) return;
+
+  merge_across_ctas<Kv, kWarps, kStages, E>(p, sm, u, cross, at, probe);
 }
 
 template <class Kv, int kWarps, int kStages>

@@ -1,25 +1,27 @@
 // Paged decode attention with one warp per (request, kv head), bf16 or fp8
-// cache (Kv): no splits and no merge. A persistent grid (what the GPU holds
-// at once, and at least one CTA an SM where there are as many pairs: see
-// launch_plan.cpp); warp w of CTA c takes the pair c + w x gridDim.x (and
-// every gridDim.x x kWarps-th after it), streams all its attended pages
-// through its own ring and writes the normalized output straight from its
-// fragments.
+// cache (Kv): no splits and no merge. Warp w of CTA c takes the pair
+// c + w x gridDim.x (and every gridDim.x x kWarps-th after it, where the
+// launch makes the grid persistent: fewer CTAs than the pairs need, but at
+// least one an SM where there are as many pairs; launch_plan.cpp), streams all
+// its attended pages through its own ring and writes the normalized output
+// straight from its fragments.
 //
 // Meant for short attended spans at large batch (sliding-window layers), where
 // the split kernel's CTAs spend more time on serial latencies (seq_len -> block
 // table -> page -> merge) than on bytes: here one CTA carries kWarps pairs and
 // no CTA-wide barrier, so a warp's latencies hide behind the other warps'.
-// Selected with num_splits = 0 in the launch configuration.
+// The launch plan picks it (KernelKind::kWarpPerHead) for short windows with
+// at least three pairs per SM.
 #pragma once
 
 #include <cstdint>
 
 #include "decode_attention/common.cuh"
+#include "decode_attention/hopper.h"
 #include "decode_attention/kernels/registry.h"
+#include "decode_attention/page_ring.cuh"
 #include "decode_attention/params.h"
 #include "decode_attention/smem_plan.h"
-#include "decode_attention/warp_pages.cuh"
 #include "ptx/griddepcontrol.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/memory.cuh"
@@ -29,7 +31,7 @@ namespace flint {
 namespace detail {
 
 // One (request, kv head) pair and its attended span (seq_extent). seq_len is
-// read before griddepcontrol.wait (see kernel.cuh).
+// read before griddepcontrol.wait (see kernel_split.cuh).
 struct PairSpan {
   int b, kvh, seq_len, start_tok, start_page, num_pages;
 };
@@ -40,25 +42,22 @@ __device__ __forceinline__ PairSpan pair_span(const DecodeParams& p, int pair, i
   return {b, kvh, e.seq_len, e.start_tok, e.start_page, e.num_pages};
 }
 
-// The pair's pages in the warp's ring, page k at ring position ring_base + k.
-template <class Kv, int kStages>
-__device__ __forceinline__ WarpPages<Kv, kStages> pair_pages(const DecodeParams& p,
-                                                             const PairSpan& s, uint8_t* ring,
-                                                             ptx::Mbarrier* bars, int ring_base) {
-  return WarpPages<Kv, kStages>{p.block_tables + s.b * p.bt_stride_b + s.start_page,
-                                kv_head_of<Kv>(p, s.kvh),
-                                p.kv_stride_block * Kv::kElemBytes,
-                                &p.kv_map,
-                                s.kvh,
-                                p.num_blocks,
-                                s.start_page,
-                                1,
-                                s.num_pages,
-                                s.start_tok,
-                                s.seq_len,
-                                ring,
-                                bars,
-                                ring_base};
+// The pair's pages, page k at ring position ring_base + k.
+template <class Kv>
+__device__ __forceinline__ PageSpan pair_pages(const DecodeParams& p, const PairSpan& s,
+                                               int ring_base) {
+  return PageSpan{p.block_tables + s.b * p.bt_stride_b + s.start_page,
+                  kv_head_of<Kv>(p, s.kvh),
+                  p.kv_stride_block * Kv::kElemBytes,
+                  &p.kv_map,
+                  s.kvh,
+                  p.num_blocks,
+                  s.start_page,
+                  s.num_pages,
+                  ring_base,
+                  s.start_tok,
+                  s.seq_len,
+                  1};
 }
 
 }  // namespace detail
@@ -70,7 +69,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   extern __shared__ __align__(1024) uint8_t smem[];  // fp8 ring slots: KvFp8::kSlotAlign
   using Smem = RingSmem<Kv, kWarps, kStages>;
-  static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
+  static_assert(sizeof(Smem) <= hopper::kMaxSmemPerCta, "fits one CTA's shared memory");
   auto& sm = *reinterpret_cast<Smem*>(smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
@@ -79,9 +78,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int first = blockIdx.x + warp * gridDim.x;
   if (first >= num_pairs) return;
   if (lane == 0) Kv::prefetch_map(&p.kv_map);
-  uint8_t* const ring = sm.ring[warp][0];
-  ptx::Mbarrier* const bars = sm.bars[warp];
-  init_ring_barriers<kStages>(bars, lane);
+  const Ring<Kv, kStages> ring{sm.ring[warp][0], sm.bars[warp]};
+  ring.init(lane);
 
   // Warp w of CTA c takes pairs c + (w + i x kWarps) x gridDim.x: one pair
   // unless the launch made the grid persistent (fewer CTAs than pairs need,
@@ -119,14 +117,12 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
 
     // ---- this warp's pages: start_page + k, k < num_pages; then the next pair's
-    const WarpPages<Kv, kStages> pages = pair_pages<Kv, kStages>(p, cur, ring, bars, ring_base);
-    const int bt_cur = leading_issued ? carried_bt : pages.block_at(lane);
-    const int bt_next = pages.block_at(lane + 32);
-    NextPages<Kv, kStages> after{
-        pair_pages<Kv, kStages>(p, next, ring, bars, ring_base + cur.num_pages), 0};
+    const PageSpan span = pair_pages<Kv>(p, cur, ring_base);
+    const BlockIds ids{leading_issued ? carried_bt : span.block_at(lane), span.block_at(lane + 32)};
+    NextSpan after{pair_pages<Kv>(p, next, ring_base + cur.num_pages), 0};
     const bool chain = next.num_pages > 0 && cur.num_pages >= kStages - 1;
-    if (chain) after.bt = after.pages.block_at(lane);
-    else after.pages.n_pages = 0;
+    if (chain) after.bt = after.span.block_at(lane);
+    else after.span.count = 0;
     // NOTE: refilling the previous pair's slots needs no extra __syncwarp: the
     // leading pages go to slots that pair consumed before its last page (the
     // __syncwarp that began its last iteration ordered those reads), and the
@@ -136,13 +132,13 @@ __global__ void __launch_bounds__(32 * kWarps)
     // ---- prefetch, wait on the previous kernel, stream pages -----------------
     // (after the first pair, griddepcontrol.wait returns at once.)
     WarpState st;
-    const HeadScales sc = wait_then_stream_pages<Kv, kStages, true>(
-        p, pages, bt_cur, bt_next, cur.b, cur.kvh, cur.start_tok, cur.seq_len, g, t, lane, st,
+    const HeadScales sc = wait_then_stream<Kv, kStages, true>(
+        p, ring, span, ids, cur.b, cur.kvh, cur.start_tok, cur.seq_len, g, t, lane, st,
         leading_issued, &after);
 
     // ---- normalize with the sink term and store ------------------------------
-    const float inv0 = sc.out / (st.l[0] + ptx::ex2(sink0 - st.m[0] * sc.logits_log2));
-    const float inv1 = sc.out / (st.l[1] + ptx::ex2(sink1 - st.m[1] * sc.logits_log2));
+    const float inv0 = normalize_with_sink(sc.out, st.l[0], sink0, st.m[0] * sc.logits_log2);
+    const float inv1 = normalize_with_sink(sc.out, st.l[1], sink1, st.m[1] * sc.logits_log2);
     store_warp_out<Kv>(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
     ring_base += cur.num_pages;
     cur = next;

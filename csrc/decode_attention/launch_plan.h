@@ -14,8 +14,8 @@ namespace flint {
 
 enum class KernelKind : int {
   kBalanced = 0,     // kernel_balanced.cuh: the pages divided on the device
-  kSplit = 1,        // kernel.cuh: a fixed number of CTAs per (request, kv head)
-  kCluster = 2,      // kernel.cuh: those CTAs merged in a thread-block cluster
+  kSplit = 1,        // kernel_split.cuh: a fixed number of CTAs per (request, kv head)
+  kCluster = 2,      // kernel_split.cuh: those CTAs merged in a thread-block cluster
   kWarpPerHead = 3,  // kernel_warp_per_head.cuh: one warp per (request, kv head)
 };
 

@@ -4,7 +4,7 @@
 // distributed shared memory. Both finish softmax with the sink term:
 //   out = v sum_s w_s O_s / (sum_s w_s l_s + 2^(sink log2(e) - M c)),
 //   w_s = 2^(m_s c - M c), M = max_s m_s, c = the logits' scale x log2(e)
-//   (x k_scale x 2^e for fp8, warp_pages.cuh's HeadScales), v = v_scale (1 for bf16).
+//   (x k_scale x 2^e for fp8, kv_format.cuh's HeadScales), v = v_scale (1 for bf16).
 #pragma once
 
 #include "decode_attention/params.h"
@@ -159,7 +159,7 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kGqa + h) * D + dl + e];
   }
-  const float inv = out_scale / (l + ptx::ex2(sink_scaled - m_scaled));
+  const float inv = normalize_with_sink(out_scale, l, sink_scaled, m_scaled);
   uint16_t* dst_out =
       p.out + b * p.out_stride_b + (kvh * kGqa + h) * p.out_stride_h + split * D + dl;
   if constexpr (kPerThread == 2) {

@@ -81,7 +81,7 @@ struct DecodeParams {
 
   Refill refill;
 
-  // Split kernels only (kernel.cuh), set by the launch.
+  // Split kernels only (kernel_split.cuh), set by the launch.
   int min_pages;    // a split is active when each of its warps gets >= this many pages
   int max_active_splits;  // at most this many splits take pages (one wave)
 

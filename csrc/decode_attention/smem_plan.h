@@ -1,10 +1,11 @@
-// Shared memory of the split kernels (kernel.cuh) and of the warp-per-head
+// Shared memory of the split kernels (kernel_split.cuh) and of the warp-per-head
 // kernel (its rings only), as structs: a launch asks for their sizeof.
 #pragma once
 
 #include <cstdint>
 
-#include "decode_attention/fragments.cuh"
+#include "decode_attention/online_softmax.cuh"
+#include "decode_attention/page_ring.cuh"
 #include "decode_attention/params.h"
 #include "ptx/mbarrier.cuh"
 
@@ -24,18 +25,19 @@ struct ClusterBufPlan {
 
 namespace detail {
 
-// Each warp's ring of kStages page slots (one page of Kv each, one mbarrier
-// per slot). Once every warp has streamed its pages the slots hold the warps'
-// partials for the CTA merge.
+// Each warp's ring: kStages page slots of Kv (row `warp` of `ring`, laid out
+// as page_ring.cuh's WarpRing), one mbarrier per slot. Once every warp has
+// streamed its pages the rings hold the warps' partials for the CTA merge,
+// one after another (`partials`). (Row pointers, not WarpRing objects: the
+// split kernels' address arithmetic stays that of a flat array.)
 template <class Kv, int kWarps, int kStages>
 struct RingSmem {
-  static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
-  static_assert(sizeof(WarpPartial) <= kStages * Kv::kPageBytes, "a warp's slots hold its partial");
   union {
     alignas(Kv::kSlotAlign) uint8_t ring[kWarps][kStages][Kv::kPageBytes];
     WarpPartial partials[kWarps];
   };
   ptx::Mbarrier bars[kWarps][kStages];
+  static_assert(sizeof(WarpRing<Kv, kStages>) == sizeof(ring[0]), "a row is a WarpRing");
 };
 
 // The split kernels: the rings and, with a cluster, this rank's merge buffer
@@ -47,9 +49,6 @@ struct SplitSmem : RingSmem<Kv, kWarps, kStages> {
 };
 template <class Kv, int kWarps, int kStages>
 struct SplitSmem<Kv, kWarps, kStages, 0> : RingSmem<Kv, kWarps, kStages> {};
-
-// What one CTA may ask for (sm_90: 227 KB of dynamic shared memory).
-constexpr int kMaxSmemPerCta = 227 * 1024;
 
 }  // namespace detail
 }  // namespace flint

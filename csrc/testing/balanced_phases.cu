@@ -1,8 +1,8 @@
 // Test-only op flint_testing::balanced_phases: the balanced kernel built with a
 // probe that stamps %globaltimer (ns) as lane 0 of each warp passes each
-// BalancedPhase (decode_attention/kernel_balanced.cuh), into stamps[cta][warp][phase]
+// BalancedPhase (decode_attention/probes.cuh), into stamps[cta][warp][phase]
 // (0: not reached), and sums the warp's stream cycles by StreamSection
-// (decode_attention/page_ring.cuh). Launched as the op launches it (workspace, grid, PDL), so a
+// (decode_attention/probes.cuh). Launched as the op launches it (workspace, grid, PDL), so a
 // CUDA graph of back-to-back calls shows where a call's time goes
 // (tools/phases_row.py). Registered in ops.cpp.
 #include <ATen/core/Tensor.h>

@@ -147,7 +147,7 @@ std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache
 
 // The attended pages each CTA of a split, cluster or warp-per-head launch
 // streams, CTA by CTA in the grid's order (x fastest): the division those
-// kernels make on the device (kernel.cuh, kernel_warp_per_head.cuh), redone
+// kernels make on the device (kernel_split.cuh, kernel_warp_per_head.cuh), redone
 // here from the same formulas (division.h) for the benchmark's balance.
 std::vector<int64_t> cta_pages_op(const at::Tensor& q, const at::Tensor& kv_cache,
                                   const at::Tensor& block_tables, const at::Tensor& seq_lens,

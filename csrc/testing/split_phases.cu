@@ -1,5 +1,5 @@
 // Test-only op flint_testing::split_phases: the 9-warp split kernel (the
-// plan of calls with at most 8 (request, kv head) pairs, kernel.cuh) built
+// plan of calls with at most 8 (request, kv head) pairs, kernel_split.cuh) built
 // with a probe that stamps %globaltimer (ns) as lane 0 of each warp passes each
 // SplitPhase, into stamps[cta][warp][phase] (0: not reached; CTAs in grid
 // order, x fastest). Launched as the op launches that plan (workspace, grid,
@@ -11,7 +11,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "decode_attention/kernel.cuh"
+#include "decode_attention/kernel_split.cuh"
 #include "decode_attention/launch_plan.h"
 #include "ops/params_from_tensors.h"
 #include "ops/validation.h"

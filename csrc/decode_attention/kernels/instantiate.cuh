@@ -4,7 +4,7 @@
 
 #include <type_traits>
 
-#include "decode_attention/kernel.cuh"
+#include "decode_attention/kernel_split.cuh"
 #include "decode_attention/kernel_balanced.cuh"
 #include "decode_attention/kernel_warp_per_head.cuh"
 #include "decode_attention/kernels/registry.h"

@@ -16,11 +16,13 @@
 #include <cstdint>
 
 #include "decode_attention/common.cuh"
+#include "decode_attention/hopper.h"
 #include "decode_attention/kernels/registry.h"
 #include "decode_attention/merge.cuh"
+#include "decode_attention/page_ring.cuh"
 #include "decode_attention/params.h"
+#include "decode_attention/probes.cuh"
 #include "decode_attention/smem_plan.h"
-#include "decode_attention/warp_pages.cuh"
 #include "ptx/bulk_copy.cuh"
 #include "ptx/cluster.cuh"
 #include "ptx/griddepcontrol.cuh"
@@ -74,29 +76,6 @@ __device__ __forceinline__ CtaShare cta_share(const DecodeParams& p, int f, int 
 
 }  // namespace detail
 
-// Where a split launch's time goes: each warp passes these points in order (a
-// CTA without a request stops at kSplitEntered; an idle split, or a request
-// with nothing to attend, at kSplitShared; a warp past the merge warps at
-// kSplitStreamed; a merging warp that does not arrive last at kSplitArrived).
-// The operator's kernels take NoSplitProbe, which compiles to nothing; the
-// testing extension's build stamps the clock there (csrc/testing/split_phases.cu,
-// benchmarks/phases_row.py --kernel split).
-enum SplitPhase : int {
-  kSplitEntered,        // the kernel starts
-  kSplitShared,         // this CTA's request, split and extent known
-  kSplitLeadingIssued,  // the leading pages out, before griddepcontrol.wait
-  kSplitWaited,         // past griddepcontrol.wait
-  kSplitStreamed,       // the warp's pages consumed
-  kSplitCtaMerged,      // the CTA's warps merged (the output, or this split's partial, stored)
-  kSplitArrived,        // arrival at the splits' merge counted
-  kSplitFinished,       // the last arrival's merge stored the output
-  kNumSplitPhases
-};
-
-struct NoSplitProbe : detail::NoPrologueProbe {
-  __device__ __forceinline__ void at(SplitPhase) {}
-};
-
 // The split kernel's body (decode_attention_kernel below), with its probe.
 template <class Kv, int kWarps, int kStages, int kClusterSplits, class Probe>
 __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& probe) {
@@ -113,7 +92,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
 
   extern __shared__ __align__(1024) uint8_t smem[];  // fp8 ring slots: KvFp8::kSlotAlign
   using Smem = SplitSmem<Kv, kWarps, kStages, kClusterSplits>;
-  static_assert(sizeof(Smem) <= kMaxSmemPerCta, "fits one CTA's shared memory");
+  static_assert(sizeof(Smem) <= hopper::kMaxSmemPerCta, "fits one CTA's shared memory");
   auto& sm = *reinterpret_cast<Smem*>(smem);
   const int kvh = blockIdx.y;
   const int max_splits = gridDim.x;
@@ -188,22 +167,21 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   const int warps_total = num_splits * stream_warps;
   const int gw = split * stream_warps + warp;
   const int n_pages = warp < stream_warps ? interleaved_pages(num_pages, gw, warps_total) : 0;
-  const WarpPages<Kv, kStages> pages{
-      p.block_tables + b * p.bt_stride_b + start_page + gw,
-      kv_head_of<Kv>(p, kvh),
-      p.kv_stride_block * Kv::kElemBytes,
-      &p.kv_map,
-      kvh,
-      p.num_blocks,
-      start_page + gw,
-      warps_total,
-      n_pages,
-      start_tok,
-      seq_len,
-      sm.ring[warp][0],
-      sm.bars[warp]};
-  const int bt_cur = pages.block_at(lane), bt_next = pages.block_at(lane + 32);
-  init_ring_barriers<kStages>(pages.bars, lane);
+  const PageSpan span{p.block_tables + b * p.bt_stride_b + start_page + gw,
+                      kv_head_of<Kv>(p, kvh),
+                      p.kv_stride_block * Kv::kElemBytes,
+                      &p.kv_map,
+                      kvh,
+                      p.num_blocks,
+                      start_page + gw,
+                      n_pages,
+                      0,
+                      start_tok,
+                      seq_len,
+                      warps_total};
+  const Ring<Kv, kStages> ring{sm.ring[warp][0], sm.bars[warp]};
+  const BlockIds ids = BlockIds::first(span, lane);
+  ring.init(lane);
   if constexpr (kClusterSplits > 0) {
     // Peers must be running before anyone stores into their shared memory;
     // waited on in cluster_merge, long after the pages are streamed.
@@ -212,8 +190,9 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
 
   // ---- prefetch, wait on the previous kernel, stream pages -------------------
   WarpState st;
-  const HeadScales sc = wait_then_stream_pages<Kv, kStages>(
-      p, pages, bt_cur, bt_next, b, kvh, start_tok, seq_len, g, t, lane, st, false, nullptr, &probe);
+  const HeadScales sc = wait_then_stream<Kv, kStages>(p, ring, span, ids, b, kvh, start_tok,
+                                                      seq_len, g, t, lane, st, false, nullptr,
+                                                      &probe);
   probe.at(kSplitStreamed);
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
@@ -250,7 +229,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
                                           sc.logits_log2, sc.out);
     probe.at(kSplitCtaMerged);
   } else if (num_splits == 1) {
-    store_out<E>(out_row + ed, o, sc.out / (l_cta + ptx::ex2(sink_scaled - m_cta_scaled)));
+    store_out<E>(out_row + ed, o, normalize_with_sink(sc.out, l_cta, sink_scaled, m_cta_scaled));
     probe.at(kSplitCtaMerged);
   } else {
     // ---- merge the splits: partials to the workspace -------------------------
@@ -285,7 +264,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
       merge_global<E>(p, row0, count, [&](int i) { return i * stride; }, eh, ed, sc.logits_log2,
                       o, m, l);
       if (last_level) {
-        store_out<E>(out_row + ed, o, sc.out / (l + ptx::ex2(sink_scaled - m * sc.logits_log2)));
+        store_out<E>(out_row + ed, o, normalize_with_sink(sc.out, l, sink_scaled, m * sc.logits_log2));
         probe.at(kSplitFinished);
         return;
       }
