@@ -13,7 +13,7 @@ import math
 
 import pytest
 import torch
-from conftest import HOPPER_SKIP_REASON, check_output, needs_hopper
+from conftest import HOPPER_SKIP_REASON, check_output, needs_hopper, reference
 
 from flint_attention.testing import FP8, DEFAULT_SCALE, make_paged_inputs
 
@@ -35,7 +35,7 @@ def inputs(plan, seq_lens, kvh, window, **kw):
 
 def run(plan, inp, window, scale=DEFAULT_SCALE):
     return plans.run_with_plan(plan, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
-                               window, scale, inp.out, inp.k_scale, inp.v_scale)
+                               window, scale, inp.out, inp.k_scale, inp.v_scale, inp.lse)
 
 
 def check_twice(plan, inp, window, scale=DEFAULT_SCALE):
@@ -62,6 +62,20 @@ CASES = [
 def test_variant_matches_reference(plan, case):
     seq_lens, kvh, window = case
     check_twice(plan, inputs(plan, seq_lens, kvh, window), window)
+
+
+@pytest.mark.parametrize("group, sinks, window", [(1, False, None), (3, True, 37), (4, False, 37), (5, True, None), (7, False, None)])
+@pytest.mark.parametrize("plan", VARIANTS, ids=lambda p: p.name)
+def test_variant_groups_without_sinks_with_lse(plan, group, sinks, window):
+    # Groups below 8 leave MMA columns without a query head: nothing of them
+    # may be written (out and lse are NaN-filled); no sinks, and the lse.
+    inp = inputs(plan, [0, 1, 17, 250, 4097, 129], 2, window, group=group, with_sinks=sinks, with_lse=True)
+    check_twice(plan, inp, window)
+    _, ref_lse = reference(inp, window, DEFAULT_SCALE, return_lse=True)
+    lse = inp.lse.double().cpu()
+    assert torch.equal(lse.isinf(), ref_lse.isinf()) and not lse.isnan().any(), f"{plan.name}: lse {lse} vs {ref_lse}"
+    finite = ref_lse.isfinite()
+    assert (lse[finite] - ref_lse[finite]).abs().max() < 1e-4, f"{plan.name}: lse off"
 
 
 @pytest.mark.parametrize("plan", [p for p in VARIANTS if p.kind == "balanced"], ids=lambda p: p.name)

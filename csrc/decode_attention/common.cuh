@@ -48,6 +48,36 @@ __device__ __forceinline__ float normalize_with_sink(float v, float l, float sin
   return v / (l + ptx::ex2(sink_log2 - m_scaled));
 }
 
+// A kv head's query heads are the MMA's n = 8 columns: column j is query head
+// kvh x G + j for j < G = p.group, read at run time (1 to 8 in these
+// kernels). A column j >= G holds a zero query; nothing of it is stored, and
+// its q row and sink are never read (they do not exist).
+__device__ __forceinline__ const uint16_t* q_row_of(const DecodeParams& p, int b, int kvh, int j) {
+  return j < p.group ? p.q + b * p.q_stride_b + (kvh * p.group + j) * p.q_stride_h : nullptr;
+}
+
+// Query head j of kv head kvh's output row (only for j < G).
+__device__ __forceinline__ uint16_t* out_row_of(const DecodeParams& p, int b, int kvh, int j) {
+  return p.out + b * p.out_stride_b + (kvh * p.group + j) * p.out_stride_h;
+}
+
+// Column j's sink x log2(e): -inf (no sink) without sinks and past the group.
+__device__ __forceinline__ float sink_log2_of(const DecodeParams& p, int kvh, int j) {
+  return p.sinks != nullptr && j < p.group ? p.sinks[kvh * p.group + j] * kLog2eF : neg_inf();
+}
+
+// Column j's log-sum-exp, when the call asks for it: ln 2 x (m c + log2(l +
+// 2^(sink log2(e) - m c))), the natural log of the denominator that
+// normalize_with_sink divides by; where m c is -inf (no position, or every
+// logit -inf) only the sink is left (-inf without one).
+__device__ __forceinline__ void store_lse(const DecodeParams& p, int b, int kvh, int j, float l,
+                                          float sink_log2, float m_scaled) {
+  if (p.lse == nullptr || j >= p.group) return;
+  const float lse2 =
+      m_scaled == neg_inf() ? sink_log2 : m_scaled + ptx::lg2(l + ptx::ex2(sink_log2 - m_scaled));
+  p.lse[b * p.lse_stride_b + (kvh * p.group + j) * p.lse_stride_h] = lse2 * kLn2F;
+}
+
 // One chunk of partials into the running sums of one head's dims: o += w_c O_c,
 // l += w_c l_c, with w_c = weight_of(c) (the caller's rescaling rule).
 template <int E, int kChunk, class WeightOf>

@@ -126,12 +126,16 @@ __device__ __forceinline__ RequestBlock<kPer> scan_block(const DecodeParams& p, 
   return r;
 }
 
-// out = v_scale O / (l + 2^(sink log2(e) - m c)) for head eh of segment r.
+// out = v_scale O / (l + 2^(sink log2(e) - m c)) for head eh of segment r
+// (and its lse), where eh is a head of the group.
 template <int E>
 __device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord& r,
                                        const float (&o)[E], float m, float l, int eh, int ed) {
-  uint16_t* row = p.out + r.b * p.out_stride_b + (r.h * kGqa + eh) * p.out_stride_h;
-  store_out<E>(row + ed, o, normalize_with_sink(r.v_scale, l, r.sink_log2[eh], m * r.scale_log2));
+  if (eh >= p.group) return;
+  const float m_scaled = m * r.scale_log2;
+  store_out<E>(out_row_of(p, r.b, r.h, eh) + ed, o,
+               normalize_with_sink(r.v_scale, l, r.sink_log2[eh], m_scaled));
+  if (ed == 0) store_lse(p, r.b, r.h, eh, l, r.sink_log2[eh], m_scaled);
 }
 
 // Who a thread is: its warp and lane (g = lane / 4, t = lane % 4), the dims
@@ -242,9 +246,14 @@ __device__ __forceinline__ void load_inputs(const DecodeParams& p, const Piece& 
                                             SegmentInputs& in) {
   in.k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * c.h) : 1.f;
   in.v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * c.h) : 1.f;
-  in.sink0 = ptx::ld_global_f32(p.sinks + c.h * kGqa + 2 * t);
-  in.sink1 = ptx::ld_global_f32(p.sinks + c.h * kGqa + 2 * t + 1);
-  Kv::load_q_words(p.q + c.b * p.q_stride_b + (c.h * kGqa + g) * p.q_stride_h, t, in.q);
+  const bool sinks = p.sinks != nullptr;
+  in.sink0 = sinks && 2 * t < p.group ? ptx::ld_global_f32(p.sinks + c.h * p.group + 2 * t) : neg_inf();
+  in.sink1 =
+      sinks && 2 * t + 1 < p.group ? ptx::ld_global_f32(p.sinks + c.h * p.group + 2 * t + 1) : neg_inf();
+  const uint16_t* q_row = q_row_of(p, c.b, c.h, g);
+#pragma unroll
+  for (int k = 0; k < 16; ++k) in.q[k] = 0u;
+  if (q_row != nullptr) Kv::load_q_words(q_row, t, in.q);
 }
 
 // The prologue's probe points as the balanced kernel's phases.
@@ -377,8 +386,12 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
       // ---- a whole segment: normalize with the sink term and store --------
       const float inv0 = normalize_with_sink(v_scale, st.l[0], sink0, st.m[0] * scale_log2);
       const float inv1 = normalize_with_sink(v_scale, st.l[1], sink1, st.m[1] * scale_log2);
-      store_warp_out<Kv>(p.out + cur.b * p.out_stride_b + cur.h * kGqa * p.out_stride_h,
-                         p.out_stride_h, st.o, inv0, inv1, g, t);
+      store_warp_out<Kv>(out_row_of(p, cur.b, cur.h, 0), p.out_stride_h, st.o, inv0, inv1, g, t,
+                         p.group);
+      if (g == 0) {
+        store_lse(p, cur.b, cur.h, 2 * t, st.l[0], sink0, st.m[0] * scale_log2);
+        store_lse(p, cur.b, cur.h, 2 * t + 1, st.l[1], sink1, st.m[1] * scale_log2);
+      }
     } else {
       // ---- part of a segment: a partial for the CTA merge -----------------
       // The warp's last piece goes to its ring, free now (every page it
@@ -410,16 +423,21 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
 
 // seq_len-0 requests have no pages: CTA c zeroes requests c, c + grid, ...
 // (while the CTA's slowest warp may still stream, not on the way to the
-// first page).
+// first page), and gives their lse the sinks.
 template <int kThreads>
 __device__ __forceinline__ void zero_empty_requests(const DecodeParams& p, const Place& at) {
-  const int tid = at.tid, H = at.H;
+  const int tid = at.tid, heads = at.H * p.group;
   for (int b = at.cta; b < p.batch; b += at.grid) {
     if (seq_extent(p, p.seq_lens[b]).num_pages > 0) continue;
     uint16_t* row0 = p.out + b * p.out_stride_b;
-    for (int i = tid; i < H * kGqa * (kHeadDim / 8); i += kThreads)
+    for (int i = tid; i < heads * (kHeadDim / 8); i += kThreads)
       ptx::st_global_u32x4(row0 + (i / (kHeadDim / 8)) * p.out_stride_h + (i % (kHeadDim / 8)) * 8,
                            0u, 0u, 0u, 0u);
+    if (p.lse != nullptr) {
+      for (int h = tid; h < heads; h += kThreads)
+        store_lse(p, b, h / p.group, h % p.group, 0.f, sink_log2_of(p, h / p.group, h % p.group),
+                  neg_inf());
+    }
   }
 }
 

@@ -124,14 +124,15 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   const int64_t partial_row0 = int64_t(kvh) * max_splits * p.batch + first_cta;
   const int eh = merges ? tid / kThreadsPerHead : 0, ed = (tid % kThreadsPerHead) * E;
   const int bh = b * p.num_kv_heads + kvh;
-  uint16_t* out_row = p.out + b * p.out_stride_b + (kvh * kGqa + eh) * p.out_stride_h;
+  // Thread (eh, ed) stores head eh's dims where eh is a head of the group.
+  const bool stores = merges && eh < p.group;
+  uint16_t* out_row = out_row_of(p, b, kvh, eh);
   // NOTE: sinks are weights, never written by the kernel this one overlaps
   // with: read them first so that the epilogue never waits on a global load.
-  const float sink_scaled = p.sinks[kvh * kGqa + eh] * kLog2eF;
+  const float sink_scaled = sink_log2_of(p, kvh, eh);
   const float cluster_sink_scaled =
-      kClusterSplits > 0
-          ? p.sinks[kvh * kGqa + cluster_merge_head<kWarps, kClusterSplits>(tid)] * kLog2eF
-          : 0.f;
+      kClusterSplits > 0 ? sink_log2_of(p, kvh, cluster_merge_head<kWarps, kClusterSplits>(tid))
+                         : 0.f;
 
   // ---- sequence extent ---------------------------------------------------
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
@@ -154,9 +155,10 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   if (num_pages <= 0) {
     // ---- empty sequence: zeros ----------------------------------------------
     ptx::grid_dependency_wait();  // the previous kernel may still read `out`
-    if (split == 0 && merges) {
+    if (split == 0 && stores) {
       float zeros[E] = {};
       store_out<E>(out_row + ed, zeros, 0.f);
+      if (ed == 0) store_lse(p, b, kvh, eh, 0.f, sink_scaled, neg_inf());
     }
     return;
   }
@@ -229,7 +231,10 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
                                           sc.logits_log2, sc.out);
     probe.at(kSplitCtaMerged);
   } else if (num_splits == 1) {
-    store_out<E>(out_row + ed, o, normalize_with_sink(sc.out, l_cta, sink_scaled, m_cta_scaled));
+    if (stores) {
+      store_out<E>(out_row + ed, o, normalize_with_sink(sc.out, l_cta, sink_scaled, m_cta_scaled));
+      if (ed == 0) store_lse(p, b, kvh, eh, l_cta, sink_scaled, m_cta_scaled);
+    }
     probe.at(kSplitCtaMerged);
   } else {
     // ---- merge the splits: partials to the workspace -------------------------
@@ -264,7 +269,10 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
       merge_global<E>(p, row0, count, [&](int i) { return i * stride; }, eh, ed, sc.logits_log2,
                       o, m, l);
       if (last_level) {
-        store_out<E>(out_row + ed, o, normalize_with_sink(sc.out, l, sink_scaled, m * sc.logits_log2));
+        if (stores) {
+          store_out<E>(out_row + ed, o, normalize_with_sink(sc.out, l, sink_scaled, m * sc.logits_log2));
+          if (ed == 0) store_lse(p, b, kvh, eh, l, sink_scaled, m * sc.logits_log2);
+        }
         probe.at(kSplitFinished);
         return;
       }

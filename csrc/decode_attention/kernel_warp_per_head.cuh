@@ -102,15 +102,19 @@ __global__ void __launch_bounds__(32 * kWarps)
       if (pair + 2 * stride < num_pairs)
         len_after = p.seq_lens[(pair + 2 * stride) / p.num_kv_heads];
     }
-    uint16_t* out_kv_head = p.out + cur.b * p.out_stride_b + (cur.kvh * kGqa) * p.out_stride_h;
+    uint16_t* out_kv_head = out_row_of(p, cur.b, cur.kvh, 0);
     // Sinks are weights, never written by the previous kernel: read them first.
-    const float sink0 = p.sinks[cur.kvh * kGqa + 2 * t] * kLog2eF;
-    const float sink1 = p.sinks[cur.kvh * kGqa + 2 * t + 1] * kLog2eF;
+    const float sink0 = sink_log2_of(p, cur.kvh, 2 * t);
+    const float sink1 = sink_log2_of(p, cur.kvh, 2 * t + 1);
 
     if (cur.num_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
       const float zeros[32] = {};
-      store_warp_out<Kv>(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t);
+      store_warp_out<Kv>(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t, p.group);
+      if (g == 0) {
+        store_lse(p, cur.b, cur.kvh, 2 * t, 0.f, sink0, neg_inf());
+        store_lse(p, cur.b, cur.kvh, 2 * t + 1, 0.f, sink1, neg_inf());
+      }
       cur = next;
       leading_issued = false;
       continue;
@@ -139,7 +143,11 @@ __global__ void __launch_bounds__(32 * kWarps)
     // ---- normalize with the sink term and store ------------------------------
     const float inv0 = normalize_with_sink(sc.out, st.l[0], sink0, st.m[0] * sc.logits_log2);
     const float inv1 = normalize_with_sink(sc.out, st.l[1], sink1, st.m[1] * sc.logits_log2);
-    store_warp_out<Kv>(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t);
+    store_warp_out<Kv>(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t, p.group);
+    if (g == 0) {
+      store_lse(p, cur.b, cur.kvh, 2 * t, st.l[0], sink0, st.m[0] * sc.logits_log2);
+      store_lse(p, cur.b, cur.kvh, 2 * t + 1, st.l[1], sink1, st.m[1] * sc.logits_log2);
+    }
     ring_base += cur.num_pages;
     cur = next;
     leading_issued = chain;

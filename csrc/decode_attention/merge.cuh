@@ -101,8 +101,8 @@ struct ClusterMergeThreads {
   static constexpr int kPerThread = kThreads > 0 ? kOutputs / kThreads : 0;
 };
 
-// The head whose merged dims thread `tid` writes (any valid head for threads
-// that write none, so that its sink can be read unconditionally).
+// The column whose merged dims thread `tid` writes (any column for threads
+// that write none; its sink is read only for a head of the group).
 template <int kWarps, int kSplits>
 __device__ __forceinline__ int cluster_merge_head(int tid) {
   if constexpr (kSplits == 0) {
@@ -159,9 +159,10 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kGqa + h) * D + dl + e];
   }
+  if (h >= p.group) return;  // a column past the group
   const float inv = normalize_with_sink(out_scale, l, sink_scaled, m_scaled);
-  uint16_t* dst_out =
-      p.out + b * p.out_stride_b + (kvh * kGqa + h) * p.out_stride_h + split * D + dl;
+  if (split == 0 && dl == 0) store_lse(p, b, kvh, h, l, sink_scaled, m_scaled);
+  uint16_t* dst_out = out_row_of(p, b, kvh, h) + split * D + dl;
   if constexpr (kPerThread == 2) {
     *reinterpret_cast<uint32_t*>(dst_out) = ptx::pack_bf16x2(acc[0] * inv, acc[1] * inv);
   } else {

@@ -186,20 +186,24 @@ __device__ __forceinline__ float4 partial_o4(const WarpPartial& buf, int h, int 
   return (x & 2) ? make_float4(v.z, v.w, v.x, v.y) : v;
 }
 
-// Stores a warp's normalized O^T: lane (g, t) writes heads 2t, 2t+1 at dims d0,
-// d0 + 1 of m-tile j (d0 = o_tile_dim(j, g)), one bf16 pair each.
+// Stores a warp's normalized O^T: lane (g, t) writes heads 2t, 2t+1 (those
+// below `heads`, the group) at dims d0, d0 + 1 of m-tile j (d0 =
+// o_tile_dim(j, g)), one bf16 pair each.
 template <class Kv>
 __device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t stride_h,
                                                const float (&o)[32], float inv0, float inv1,
-                                               int g, int t) {
+                                               int g, int t, int heads) {
   uint16_t* head0 = out_kv_head + (2 * t) * stride_h;
   uint16_t* head1 = head0 + stride_h;
+  const bool has0 = 2 * t < heads, has1 = 2 * t + 1 < heads;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int d0 = Kv::o_tile_dim(j, g);
-    *reinterpret_cast<uint32_t*>(head0 + d0) = ptx::pack_bf16x2(o[4 * j] * inv0, o[4 * j + 2] * inv0);
-    *reinterpret_cast<uint32_t*>(head1 + d0) =
-        ptx::pack_bf16x2(o[4 * j + 1] * inv1, o[4 * j + 3] * inv1);
+    if (has0)
+      *reinterpret_cast<uint32_t*>(head0 + d0) = ptx::pack_bf16x2(o[4 * j] * inv0, o[4 * j + 2] * inv0);
+    if (has1)
+      *reinterpret_cast<uint32_t*>(head1 + d0) =
+          ptx::pack_bf16x2(o[4 * j + 1] * inv1, o[4 * j + 3] * inv1);
   }
 }
 

@@ -256,7 +256,7 @@ __device__ __forceinline__ HeadScales wait_then_stream(
   });
   const HeadScales unscaled = head_scales<Kv>(p, kvh);
   uint32_t q[16];
-  const int q_exp = load_q<Kv>(p.q + b * p.q_stride_b + (kvh * kGqa + g) * p.q_stride_h, t, q);
+  const int q_exp = load_q<Kv>(q_row_of(p, b, kvh, g), t, q);
   const HeadScales sc = with_q_exponent<Kv>(unscaled, q_exp);
   stream_span<Kv, kStages, kChain>(ring, s, ids, q, start_tok, seq_len, sc.logits_log2, g, t,
                                    lane, st, next, refill_after_wait);

@@ -47,16 +47,15 @@ void decode_attention_cuda_launch(const DecodeArgs& args, const LaunchPlan* give
   const at::Tensor& q = args.q;
   const at::Tensor& kv_cache = args.kv_cache;
   const int64_t batch = q.size(0);
-  // The shapes the CUDA kernels are compiled for; the CPU path takes the rest.
+  // The shapes the CUDA kernels are compiled for (a kv head's query heads are
+  // the n = 8 columns of their MMAs); the CPU path takes the rest.
   const int64_t group = q.size(-2) / kv_cache.size(1);
-  TORCH_CHECK(q.size(-1) == kHeadDim && group == kGqa && !args.multi_token() && !args.lse &&
-                  args.sinks,
+  TORCH_CHECK(q.size(-1) == kHeadDim && group <= kGqa && !args.multi_token(),
               "flint.decode_attention: the CUDA kernels of this build serve head_dim ", kHeadDim,
-              ", ", kGqa, " query heads per kv head, one query token per request (q [batch, "
-              "num_heads, head_dim]), sinks given and no lse; got head_dim ", q.size(-1),
-              ", group ", group, ", q of shape ", q.sizes(), ", sinks ",
-              args.sinks ? "given" : "None", ", lse ", args.lse ? "given" : "None",
-              ". The CPU path (CPU tensors) serves every supported shape.");
+              ", 1 to ", kGqa, " query heads per kv head and one query token per request (q "
+              "[batch, num_heads, head_dim]); got head_dim ", q.size(-1), ", group ", group,
+              " and q of shape ", q.sizes(), ". The CPU path (CPU tensors) serves every "
+              "supported shape.");
   if (batch == 0) return;
 
   const c10::cuda::CUDAGuard guard(q.device());

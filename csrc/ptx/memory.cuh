@@ -1,5 +1,5 @@
 // Loads, stores, atomics and the few ALU instructions the kernels need in a
-// specific form (PTX ISA "ld", "st", "atom", "ex2", "prmt", "cvt").
+// specific form (PTX ISA "ld", "st", "atom", "ex2", "lg2", "prmt", "cvt").
 #pragma once
 
 #include "ptx/arch.cuh"
@@ -76,6 +76,13 @@ __device__ __forceinline__ void st_relaxed_gpu(int* ptr, int v) {
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// lg2.approx.ftz.f32: log2(x); lg2(+inf) = +inf, lg2(+0) = -inf.
+__device__ __forceinline__ float lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 

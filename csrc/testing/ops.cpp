@@ -47,17 +47,14 @@ LaunchPlan from_ints(c10::IntArrayRef v) {
 
 void decode_attention_with_plan(const at::Tensor& q, const at::Tensor& kv_cache,
                                 const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                                const at::Tensor& sinks, std::optional<int64_t> window,
-                                double scale, const at::Tensor& out,
+                                const std::optional<at::Tensor>& sinks,
+                                std::optional<int64_t> window, double scale, const at::Tensor& out,
                                 const std::optional<at::Tensor>& k_scale,
                                 const std::optional<at::Tensor>& v_scale,
-                                c10::IntArrayRef plan) {
+                                const std::optional<at::Tensor>& lse, c10::IntArrayRef plan) {
   const LaunchPlan p = from_ints(plan);
-  const std::optional<at::Tensor> given_sinks = sinks, no_lse;
   decode_attention_cuda_launch(
-      {q, kv_cache, block_tables, seq_lens, given_sinks, window, scale, out, k_scale, v_scale,
-       no_lse},
-      &p);
+      {q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale, lse}, &p);
 }
 
 std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_cache,
@@ -251,8 +248,8 @@ TORCH_LIBRARY(flint_testing, m) {
         "Tensor block, Tensor row, int delay_ns) -> ()");
   // decode_attention launched with an explicit plan (A/B runs, variant tests).
   m.def("decode_attention_with_plan(Tensor q, Tensor kv_cache, Tensor block_tables, "
-        "Tensor seq_lens, Tensor sinks, int? window, float scale, Tensor(a!) out, "
-        "Tensor? k_scale, Tensor? v_scale, int[] plan) -> ()");
+        "Tensor seq_lens, Tensor? sinks, int? window, float scale, Tensor(a!) out, "
+        "Tensor? k_scale, Tensor? v_scale, Tensor(b!)? lse, int[] plan) -> ()");
   m.def("default_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
   m.def("split_rules_plan(Tensor q, Tensor kv_cache, int? window) -> int[]");
   m.def("plan_for_shape(int batch, int num_kv_heads, int window, int kv, int sms, "

@@ -121,8 +121,8 @@ def variants() -> list[Plan]:
 
 
 def run_with_plan(plan: Plan, q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
-                  k_scale=None, v_scale=None) -> torch.Tensor:
+                  k_scale=None, v_scale=None, lse=None) -> torch.Tensor:
     """The op's CUDA path launched with `plan` instead of the default."""
     _ops().decode_attention_with_plan(q, kv_cache, block_tables, seq_lens, sinks, window, scale,
-                                      out, k_scale, v_scale, plan.to_ints())
+                                      out, k_scale, v_scale, lse, plan.to_ints())
     return out
