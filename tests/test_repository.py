@@ -88,7 +88,6 @@ def test_no_notebook_pointers_outside_csrc():
 
 
 @needs_git
-@pytest.mark.xfail(strict=False, reason="csrc comments being rewritten")
 def test_no_notebook_pointers_in_csrc():
     hits = _hits(("csrc",))
     assert not hits, "sessions, numbered runs or issues cited:\n" + "\n".join(hits)
