@@ -8,6 +8,7 @@
 
 #include <cudaTypedefs.h>
 
+#include "decode_attention/hopper.h"
 #include "decode_attention/kernels/registry.h"
 
 namespace flint {
@@ -79,12 +80,11 @@ int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 // Split kernels without a window pad their shared memory so that at
 // most 8 / warps CTAs share an SM: with PDL the next grid's CTAs launch while
 // this one drains and would otherwise pile onto the first SMs to free up.
-constexpr int kSmemPerSm = 228 * 1024;
 int split_smem_bytes(const Variant& v, int smem_bytes, bool sliding) {
   if (sliding || v.kind == KernelKind::kWarpPerHead || v.kind == KernelKind::kBalanced)
     return smem_bytes;
   const int ctas_per_sm = std::max(1, 8 / v.warps);
-  return std::max(smem_bytes, kSmemPerSm / (ctas_per_sm + 1) + 1);
+  return std::max(smem_bytes, hopper::kSmemPerSm / (ctas_per_sm + 1) + 1);
 }
 
 std::string describe(const LaunchPlan& p) {

@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "decode_attention/hopper.h"
 #include "ops/params_from_tensors.h"
 #include "ops/validation.h"
 #include "ops/workspace.h"
@@ -70,8 +71,9 @@ void decode_attention_cuda_launch(const DecodeArgs& args, const LaunchPlan* give
   const std::string bad = check_plan(plan);
   TORCH_CHECK(bad.empty(), "flint.decode_attention: unsupported launch plan: ", bad);
   if (plan.kind == KernelKind::kSplit || plan.kind == KernelKind::kCluster) {
-    TORCH_CHECK(batch <= 65535 && kv_cache.size(1) <= 65535, "flint.decode_attention: the split "
-                "kernels need batch and num_kv_heads <= 65535 (their grid), got ", batch, " and ",
+    TORCH_CHECK(batch <= hopper::kMaxGridYZ && kv_cache.size(1) <= hopper::kMaxGridYZ,
+                "flint.decode_attention: the split kernels need batch and num_kv_heads <= ",
+                hopper::kMaxGridYZ, " (their grid), got ", batch, " and ",
                 kv_cache.size(1));
   }
 
