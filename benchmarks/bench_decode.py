@@ -1,21 +1,28 @@
 """Benchmark of Flint's paged decode attention against the HBM read ceiling and
 its peers, all measured in the same run on identical inputs.
 
-Rows (bench_grid.py; --list-rows prints each one's lengths)
-    15 uniform rows (the group "legacy") and serving-shaped rows: ragged
+Rows (bench_grid.py; --list-rows prints each one's lengths and shape)
+    The core rows (G 8 query heads per kv head, head_dim 128, sinks; run by
+    default): 15 uniform rows (the group "legacy") and serving-shaped rows
+    (the group "serving"): ragged
     lengths from fixed-seed distributions (log-uniform, one long among many
     short, bimodal, nearly uniform), batches padded with seq_len-0 rows to
     CUDA-graph capture sizes, block tables 8192 wide, each request's blocks
     drawn at random from one KV pool of tens of GB, 1-2 kv heads at 32k-128k,
-    sliding-window layers at the same batch shapes. Every row has an fp8 twin
+    sliding-window layers at the same batch shapes. The group "models"
+    (--rows models): served models' shapes -- gpt-oss-120b (G 8, D 64, sinks,
+    and its 128-token window layers), Llama-3.1-8B (G 4), Qwen3-235B at TP4
+    (G 16, 1 kv head), GLM-4.5 (G 12), MiniMax-M2 (G 6), Qwen3.5 (G 8, D 256,
+    2 kv heads), no sinks but gpt-oss's -- each in uniform b1, b8 and b32 rows
+    and one serving-shaped row. Every row has an fp8 twin
     (<name>_fp8): the same lengths, tables and queries on an e4m3 cache
     holding the same values quantized (per-tensor scales, dequantized =
     stored x scale).
 
 What is timed
-    One query token per request, GQA 8, head_dim 128, HND cache
-    [num_blocks, kv_heads, 16, 256] (K in [..., :128], V in [..., 128:]), fp32
-    sinks, scale 128**-0.5. Each row rotates over enough input sets (block
+    One query token per request, the row's G and head_dim D, HND cache
+    [num_blocks, kv_heads, 16, 2 D] (K in [..., :D], V in [..., D:]), fp32
+    sinks or none, scale D**-0.5. Each row rotates over enough input sets (block
     placements with their own q and out) that one rotation touches >= 3 x L2:
     consecutive calls never find their K/V in L2. Per implementation: one eager
     call on set 0 checked against the float64 reference of
@@ -26,7 +33,7 @@ What is timed
     warm-up replays, the median of 20 timed replays; µs per call = replay / N.
 
 Floors and goals
-    KV bytes = attended K+V bytes (positions x kv heads x 256 x 2 bytes bf16 /
+    KV bytes = attended K+V bytes (positions x kv heads x 2 D x 2 bytes bf16 /
     1 byte fp8). floor = KV bytes / the ceiling measured in this run (the best
     of a few plain streaming reads of a 4 GiB buffer); % ceil = (KV bytes /
     time) / ceiling. goal = KV bytes at 4.5 TB/s / 0.93 + 3 µs, stretch = /
@@ -34,7 +41,8 @@ Floors and goals
     from flint's default launch plan (flint_attention.testing.plans).
 
 Implementations (--impls; one that cannot run is reported missing with its
-exception, never estimated)
+exception, never estimated; Flint on a shape its build does not serve:
+missing, "not served: <the error's first line>")
     flint          the public op
     flint-split    the split kernels' plan for the row (plans.split_rules_plan), through
                    the test-only extension, forced on every row (an A/B): what the
@@ -65,7 +73,8 @@ Outputs
     (bench_report.py --plot re-renders one from a JSON).
 
 Usage (GPU)
-    python benchmarks/bench_decode.py --out-dir $OUT                 # everything
+    python benchmarks/bench_decode.py --out-dir $OUT                 # the core rows
+    python benchmarks/bench_decode.py --rows models --out-dir $OUT   # the models' rows
     python benchmarks/bench_decode.py --rows legacy --kv-dtypes bf16 --impls flint,xqa
     python benchmarks/bench_decode.py --rows 'srv_*,b1_l8k_fp8' --budget-s 120
 Without a GPU: --dry-run prints every row, its bytes, floors and an estimate of
@@ -81,7 +90,6 @@ import gc
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -117,9 +125,7 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-_FATAL = re.compile(r"CUDA error|illegal memory access|illegal instruction|unspecified launch failure|"
-                    r"misaligned address|device-side assert|cudaErrorLaunchFailure|"
-                    r"an illegal memory access")
+_FATAL = grid.FATAL_ERROR
 
 
 def is_fatal(e: BaseException) -> bool:
@@ -137,8 +143,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     sel = p.add_argument_group("rows")
     sel.add_argument("--rows", help="comma-separated row names, shell patterns (srv_*), groups "
-                     "(legacy, serving, all), <name>_fp8 for a twin alone, custom:B,kvH,L[,W] "
-                     "(';'-separated when several)")
+                     "(legacy, serving, core, models, all; default: core), <name>_fp8 for a twin "
+                     "alone, custom:B,kvH,L[,W[,G,D[,S]]] (';'-separated when several)")
     sel.add_argument("--quick", action="store_true", help=f"only {', '.join(grid.QUICK_ROWS)}")
     sel.add_argument("--kv-dtypes", default="bf16,fp8", help="twins to run: bf16, fp8 or both")
     sel.add_argument("--list-rows", action="store_true", help="list the rows and their lengths, and exit")
@@ -263,7 +269,8 @@ def base_result(row: grid.Row, ceiling_tbps: float, n_sets: int, n_calls: int) -
     s = row.summary
     return {
         "row": row.name, "kv_dtype": row.kv_dtype, "twin": row.twin, "group": row.group,
-        "batch": row.batch, "kv_heads": row.kv_heads, "seq_len": row.seq_len, "window": row.window,
+        "batch": row.batch, "kv_heads": row.kv_heads, "gqa": row.gqa, "head_dim": row.head_dim,
+        "sinks": row.sinks, "model": row.model, "seq_len": row.seq_len, "window": row.window,
         "table_width": row.width, "placement": row.placement, "spec": row.spec,
         "lengths": {"count": s.count, "padding": s.padding, "min": s.min, "median": s.median,
                     "max": s.max, "attended_tokens": s.attended_tokens, "attended_pages": s.attended_pages},
@@ -287,8 +294,10 @@ def est_seconds(row: grid.Row, n_calls: int, args, impls: int) -> float:
 
 def impl_class(name: str, row: grid.Row) -> list:
     """Rows on which a fatal error of implementation ``name`` is expected to
-    recur: same implementation, kv dtype, window or not, padding or not."""
-    return [name, row.kv_dtype, row.window is not None, row.summary.padding > 0]
+    recur: same implementation, kv dtype, window or not, padding or not, and
+    shape (G, D, sinks)."""
+    return [name, row.kv_dtype, row.window is not None, row.summary.padding > 0, row.gqa, row.head_dim,
+            row.sinks]
 
 
 def test_fault(row: str, impl: str) -> None:
@@ -401,13 +410,14 @@ def dry_run(args) -> int:
     emit("CPU checks:")
     # 1. every row's block tables at full size, against the real pool's block count
     t0 = time.time()
-    pool_blocks = int(args.pool_gib * 2**30) // (8 * 16 * 256 * 2)
+    pool_bytes = int(args.pool_gib * 2**30) // (8 * 16 * 256 * 2) * (8 * 16 * 256 * 2)
     for r in args.row_list:
         if r.kv_dtype != "bf16" and r.twin in {x.name for x in args.row_list}:
             continue
         n = max(grid.num_sets(r.as_dtype(d), target) for d in args.kv_dtype_list) \
             if r.kv_dtype == "bf16" else grid.num_sets(r, target)
-        blocks = pool_blocks * (8 // r.kv_heads) if r.placement == "pool" else n * r.attended_blocks
+        blocks = pool_bytes // r.as_dtype("bf16").block_bytes if r.placement == "pool" \
+            else n * r.attended_blocks
         G.draw_tables(r, blocks, n, args.seed)
     emit(f"- block tables of every row drawn at full size ({time.time() - t0:.1f} s): ok")
     # 2. the plans
@@ -485,7 +495,8 @@ def vllm_specs(rows: list[grid.Row]) -> list[dict]:
 
     specs = []
     for r in rows:
-        s = peer_vllm.warm_spec(r.batch, r.kv_heads, r.window, r.kv_dtype, r.width)
+        s = peer_vllm.warm_spec(r.batch, r.kv_heads, r.window, r.kv_dtype, r.width, r.gqa, r.head_dim,
+                                r.sinks)
         if s not in specs:
             specs.append(s)
     return specs
@@ -611,13 +622,13 @@ class Worker:
         ex = self.excluded(cls)
         if ex:
             r.update(status="missing", reason=f"not run: {ex['reason']} (in row {ex['row']}, same "
-                     f"implementation, kv dtype, window and padding)")
+                     f"implementation, kv dtype, window, padding and shape)")
             return
         # A peer that could not be set up, or whose JIT module failed to build
         # (XQA's first call), fails the same way on every row of its dtype and
         # window: say so instead of paying for the build again.
         broken = self.meta.setdefault("broken", {})
-        key = f"{name}/{row.kv_dtype}/{'window' if row.window else 'full'}"
+        key = f"{name}/{row.kv_dtype}/{'window' if row.window else 'full'}/{row.shape}"
         peer = name in ("fi-xqa", "vllm-triton")
         if peer and key in broken:
             r.update(status="missing", reason=broken[key])
@@ -832,7 +843,7 @@ def worker_main(args) -> int:
         try:
             state["meta"]["flashinfer"] = peer_xqa.import_flashinfer().__version__
             if not args.no_prebuild:
-                variants = sorted({(r.kv_dtype == "fp8", r.window is not None) for r in args.row_list})
+                variants = sorted({G.xqa_variant(r) for r in args.row_list})
                 G.PREBUILD = peer_xqa.Prebuild(variants, log).start()
         except Exception as e:  # noqa: BLE001
             log(f"flashinfer missing: {type(e).__name__}: {e}")

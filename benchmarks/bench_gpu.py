@@ -19,13 +19,14 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks import bench_grid as grid
-from benchmarks.bench_grid import GQA, HEAD_DIM, PAGE_TOKENS, SCALE, Row
+from benchmarks.bench_grid import HEAD_DIM, PAGE_TOKENS, Row
 from benchmarks.peers import peer_vllm, peer_xqa
 # The inputs' fp8 scales and the bounds outputs are held to (Flint: the
 # package's; peers: looser ones that still catch wrong semantics).
 from benchmarks.peers.checks import FLINT_TOL, K_SCALE, PEER_TOL, V_SCALE
 from flint_attention.testing import Tolerance, error_report, reference_decode_attention
 from flint_attention.testing import serving as S
+from flint_attention.testing.inputs import FP8_MAX
 
 FP8 = torch.float8_e4m3fn
 DTYPES = {"bf16": torch.bfloat16, "fp8": FP8}
@@ -38,10 +39,47 @@ class Unavailable(Exception):
 # --- inputs -----------------------------------------------------------------------------
 
 
+def cache_view(storage: torch.Tensor, kv_heads: int, head_dim: int) -> torch.Tensor:
+    """A pool's storage as the HND cache [num_blocks, kv_heads, 16, 2 * head_dim]
+    (as many whole blocks as fit). For head_dim 128 and kv heads dividing the
+    pool's, the very view KVPool.view gives."""
+    per_block = kv_heads * PAGE_TOKENS * 2 * head_dim
+    flat = storage.view(-1)
+    n = flat.numel() // per_block
+    return flat[: n * per_block].view(n, kv_heads, PAGE_TOKENS, 2 * head_dim)
+
+
+def quantize_as(src: torch.Tensor, dst: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor,
+                head_dim: int, chunk_bytes: int = 1 << 30) -> None:
+    """dst (fp8) = src (bf16) / scale with K's scale on the first head_dim
+    elements of each 2 * head_dim row and V's on the rest, saturated at +-448
+    (quantize_fp8's arithmetic): the fp8 twin of a cache read with this head dim."""
+    rows_src = src.view(-1, 2 * head_dim)
+    rows_dst = dst.view(-1, 2 * head_dim)
+    step = max(1, chunk_bytes // (2 * head_dim * 6))  # the fp32 temporary dominates
+    for start in range(0, rows_src.shape[0], step):
+        a, b = rows_src[start:start + step], rows_dst[start:start + step]
+        b[:, :head_dim] = (a[:, :head_dim].float() / k_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+        b[:, head_dim:] = (a[:, head_dim:].float() / v_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+
+
+def fp8_twin(bf16: S.KVPool, k_scale: torch.Tensor, v_scale: torch.Tensor, head_dim: int) -> S.KVPool:
+    """An fp8 pool holding ``bf16``'s values quantized for caches of ``head_dim``
+    (head_dim 128: KVPool.quantized_twin itself)."""
+    if head_dim == HEAD_DIM:
+        return bf16.quantized_twin(k_scale, v_scale)
+    twin = S.KVPool(bf16.num_blocks, bf16.max_kv_heads, FP8, bf16.storage.device)
+    quantize_as(bf16.storage, twin.storage, k_scale, v_scale, head_dim)
+    return twin
+
+
 class SharedPools:
     """The serving rows' KV pool: one bf16 allocation of ``nbytes`` filled
     once with unit-variance values and, when fp8 rows run, its quantized fp8
-    twin (the same values, block for block, at per-tensor scales)."""
+    twin (the same values, block for block, at per-tensor scales). The pool
+    is viewed as the cache of any kv head count and head dim; the fp8 twin
+    is quantized again, in place, when a row reads it with another head dim
+    than the last (K's and V's halves of a row sit elsewhere)."""
 
     def __init__(self, nbytes: int, device, seed: int, fp8: bool):
         self.bf16 = S.KVPool.of_bytes(nbytes, 8, torch.bfloat16, device)
@@ -49,11 +87,15 @@ class SharedPools:
         self.k_scale = torch.tensor([K_SCALE], dtype=torch.float32, device=device)
         self.v_scale = torch.tensor([V_SCALE], dtype=torch.float32, device=device)
         self.fp8 = self.bf16.quantized_twin(self.k_scale, self.v_scale) if fp8 else None
+        self.fp8_head_dim = HEAD_DIM
 
-    def pool(self, kv_dtype: str) -> S.KVPool:
+    def pool(self, kv_dtype: str, head_dim: int = HEAD_DIM) -> S.KVPool:
         p = self.bf16 if kv_dtype == "bf16" else self.fp8
         if p is None:
             raise RuntimeError("the fp8 pool was not made (no fp8 rows were selected)")
+        if kv_dtype == "fp8" and head_dim != self.fp8_head_dim:
+            quantize_as(self.bf16.storage, self.fp8.storage, self.k_scale, self.v_scale, head_dim)
+            self.fp8_head_dim = head_dim
         return p
 
 
@@ -64,10 +106,10 @@ class RowInputs:
 
     row: Row  # the bf16 row
     seq_lens: torch.Tensor  # [B] int32
-    sinks: torch.Tensor  # [Hq] fp32
-    qs: list[torch.Tensor]  # per set [B, Hq, 128] bf16
+    sinks: torch.Tensor | None  # [Hq] fp32, None for a row without sinks
+    qs: list[torch.Tensor]  # per set [B, Hq, D] bf16
     tables: list[torch.Tensor]  # per set [B, width] int32
-    caches: dict[str, torch.Tensor]  # kv dtype -> [num_blocks, kvH, 16, 256]
+    caches: dict[str, torch.Tensor]  # kv dtype -> [num_blocks, kvH, 16, 2 D]
     k_scale: torch.Tensor
     v_scale: torch.Tensor
     n_sets: dict[str, int]  # sets each dtype rotates over (a prefix of qs / tables)
@@ -110,50 +152,55 @@ def build_inputs(row: Row, n_sets: dict[str, int], shared: SharedPools | None, s
     """Inputs for ``row`` (bf16) and the twins in ``n_sets`` (dtype -> sets)."""
     total = max(n_sets.values())
     owned = []
+    D = row.head_dim
     if row.placement == "pool":
         assert shared is not None, "pool rows need the shared pools"
-        pools = {d: shared.pool(d) for d in n_sets}
+        pools = {d: shared.pool(d, D) for d in n_sets}
         k_scale, v_scale = shared.k_scale, shared.v_scale
     else:
-        bf16 = S.KVPool(total * row.attended_blocks, row.kv_heads, torch.bfloat16, device)
+        # Pool blocks of [kvH, 16, 256] enough for the attended blocks of
+        # [kvH, 16, 2 D] (head dim 128: one for one, as the rows always had).
+        blocks = -(-total * row.attended_blocks * D // HEAD_DIM)
+        bf16 = S.KVPool(blocks, row.kv_heads, torch.bfloat16, device)
         bf16.fill_random(seed)
         k_scale = torch.tensor([K_SCALE], dtype=torch.float32, device=device)
         v_scale = torch.tensor([V_SCALE], dtype=torch.float32, device=device)
         pools = {"bf16": bf16}
         if "fp8" in n_sets:
-            pools["fp8"] = bf16.quantized_twin(k_scale, v_scale)
+            pools["fp8"] = fp8_twin(bf16, k_scale, v_scale, D)
         owned = list(pools.values())
         if "bf16" not in n_sets:
             pools.pop("bf16")
-    num_blocks = next(iter(pools.values())).blocks(row.kv_heads)
+    caches = {d: cache_view(p.storage, row.kv_heads, D) for d, p in pools.items()}
+    num_blocks = next(iter(caches.values())).shape[0]
     tables = draw_tables(row, num_blocks, total, seed)
     gen = torch.Generator(device=device).manual_seed(seed)
-    qs = [torch.randn(row.batch, row.num_heads, HEAD_DIM, generator=gen, device=device,
+    qs = [torch.randn(row.batch, row.num_heads, D, generator=gen, device=device,
                       dtype=torch.bfloat16) for _ in range(total)]
     # Sinks around log(median attended positions): the sink takes a large share
     # of the softmax, so a kernel (or a call) that drops it fails the check.
     attended = [len(S.attended_span(n, row.window)) for n in row.seq_lens if n > 0]
     centre = math.log(statistics.median(attended)) if attended else 0.0
-    sinks = (centre + torch.randn(row.num_heads, generator=gen, device=device)).float()
+    sinks = (centre + torch.randn(row.num_heads, generator=gen, device=device)).float() if row.sinks else None
     return RowInputs(
         row=row,
         seq_lens=torch.tensor(row.seq_lens, dtype=torch.int32, device=device),
         sinks=sinks, qs=qs, tables=[t.to(device) for t in tables],
-        caches={d: p.view(row.kv_heads) for d, p in pools.items()},
-        k_scale=k_scale, v_scale=v_scale, n_sets=dict(n_sets), owned=owned,
+        caches=caches, k_scale=k_scale, v_scale=v_scale, n_sets=dict(n_sets), owned=owned,
     )
 
 
 def reference(inp: RowInputs, kv_dtype: str, idx: list[int]) -> torch.Tensor:
-    """float64 [len(idx), Hq, 128] outputs of set 0 for requests ``idx``,
-    gathering only their attended pages (on the inputs' device)."""
+    """float64 [len(idx), Hq, D] outputs of set 0 for requests ``idx``,
+    gathering only their attended pages (on the inputs' device); the row's
+    G, D and sinks (None: no sink term) follow from the tensors."""
     key = (kv_dtype, tuple(idx))
     if key not in inp.refs:
         ks, vs = inp.scales(kv_dtype)
         sel = torch.tensor(idx, dtype=torch.long, device=inp.device)
         inp.refs[key] = reference_decode_attention(
             inp.qs[0][sel], inp.cache(kv_dtype), inp.tables[0][sel], inp.seq_lens[sel], inp.sinks,
-            inp.row.window, SCALE, ks, vs)
+            inp.row.window, inp.row.scale, ks, vs)
     return inp.refs[key]
 
 
@@ -325,13 +372,41 @@ def _outs(inp: RowInputs, kv_dtype: str) -> list[torch.Tensor]:
     return [torch.empty_like(inp.qs[s]) for s in inp.sets(kv_dtype)]
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's message's first line (its type's name if empty)."""
+    lines = str(e).strip().splitlines()
+    return lines[0].strip() if lines else type(e).__name__
+
+
+def not_served(e: Exception) -> Unavailable:
+    """What a shape the build does not serve is reported as: missing, with
+    "not served: <the error's first line>" (never an estimate)."""
+    return Unavailable(f"not served: {first_line(e)}")
+
+
+def try_call(fn, device) -> None:
+    """One call of ``fn``: a Flint build raises on shapes its kernels do not
+    serve (head dim, query heads per kv head, sinks), which makes the row's
+    Flint column "not served", as a missing peer's. A CUDA error that breaks
+    the context propagates (the worker is restarted)."""
+    try:
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 (the op's refusal of a shape)
+        if grid.FATAL_ERROR.search(str(e)):
+            raise
+        raise not_served(e) from e
+
+
 def make_flint(inp: RowInputs, kv_dtype: str) -> Impl:
     op = import_flint()
     row, kv = inp.row, inp.cache(kv_dtype)
     ks, vs = inp.scales(kv_dtype)
     outs = _outs(inp, kv_dtype)
     fns = [functools.partial(op, inp.qs[s], kv, inp.tables[s], inp.seq_lens, inp.sinks, row.window,
-                             SCALE, outs[s], k_scale=ks, v_scale=vs) for s in inp.sets(kv_dtype)]
+                             row.scale, outs[s], k_scale=ks, v_scale=vs) for s in inp.sets(kv_dtype)]
+    try_call(fns[0], inp.device)
     return Impl(fns, FLINT_TOL, grid.check_requests(row), prefill=outs)
 
 
@@ -354,13 +429,21 @@ def _make_flint_forced(inp: RowInputs, kv_dtype: str, balanced: bool) -> Impl:
     ks, vs = inp.scales(kv_dtype)
     outs = _outs(inp, kv_dtype)
     fns, names = [], set()
-    for s in inp.sets(kv_dtype):
-        plan = (plan_of(plans.balanced_plan, kv) if balanced
-                else plan_of(plans.split_rules_plan, inp.qs[s], kv, row.window))
-        names.add(plan.name)
-        fns.append(functools.partial(plans.run_with_plan, plan, inp.qs[s], kv, inp.tables[s],
-                                     inp.seq_lens, inp.sinks, row.window, SCALE, outs[s],
-                                     k_scale=ks, v_scale=vs))
+    try:
+        for s in inp.sets(kv_dtype):
+            plan = (plan_of(plans.balanced_plan, kv) if balanced
+                    else plan_of(plans.split_rules_plan, inp.qs[s], kv, row.window))
+            names.add(plan.name)
+            fns.append(functools.partial(plans.run_with_plan, plan, inp.qs[s], kv, inp.tables[s],
+                                         inp.seq_lens, inp.sinks, row.window, row.scale, outs[s],
+                                         k_scale=ks, v_scale=vs))
+    except Unavailable:
+        raise
+    except Exception as e:  # noqa: BLE001 (no plan for a shape the build does not serve)
+        if grid.FATAL_ERROR.search(str(e)):
+            raise
+        raise not_served(e) from e
+    try_call(fns[0], inp.device)
     return Impl(fns, FLINT_TOL, grid.check_requests(row),
                 ("balanced plan " if balanced else "split plan ") + "/".join(sorted(names)),
                 prefill=outs)
@@ -394,6 +477,11 @@ def flashinfer_workspace(device) -> torch.Tensor:
     return ws
 
 
+def xqa_variant(row: Row) -> tuple:
+    """The XQA module a row's calls need (peer_xqa.variant)."""
+    return peer_xqa.variant(row.kv_dtype == "fp8", row.window is not None, row.head_dim, row.gqa)
+
+
 def make_xqa(inp: RowInputs, kv_dtype: str, prebuild_timeout: float = 300.0) -> Impl:
     """FlashInfer's Hopper decode (XQA) on zero-copy K/V views of the cache."""
     try:
@@ -401,16 +489,19 @@ def make_xqa(inp: RowInputs, kv_dtype: str, prebuild_timeout: float = 300.0) -> 
         from flashinfer.decode import trtllm_batch_decode_with_kv_cache
     except Exception as e:  # noqa: BLE001 (any import failure means missing)
         raise Unavailable(f"flashinfer not importable: {type(e).__name__}: {e}") from e
-    if PREBUILD is not None:
-        PREBUILD.wait(prebuild_timeout)
     row, kv = inp.row, inp.cache(kv_dtype)
     fp8 = kv_dtype == "fp8"
+    if PREBUILD is not None:
+        PREBUILD.wait(prebuild_timeout)
+        why = PREBUILD.failed.get(xqa_variant(row))
+        if why:
+            raise Unavailable(why)
     ws = flashinfer_workspace(inp.device)
     outs = _outs(inp, kv_dtype)
     fns = []
     for s in inp.sets(kv_dtype):
         kw = peer_xqa.call_kwargs(inp.qs[s], kv, ws, inp.tables[s], inp.seq_lens, inp.sinks, row.window,
-                                  SCALE, outs[s], max(row.seq_lens),
+                                  row.scale, outs[s], max(row.seq_lens),
                                   K_SCALE if fp8 else None, V_SCALE if fp8 else None)
         fns.append(functools.partial(trtllm_batch_decode_with_kv_cache, **kw))
     note = f"flashinfer {fi.__version__} backend=xqa" + (" (fp8 cache, bf16 q/out)" if fp8 else "")
@@ -425,12 +516,12 @@ def make_vllm(inp: RowInputs, kv_dtype: str) -> Impl:
         raise Unavailable(str(e)) from e
     row, kv = inp.row, inp.cache(kv_dtype)
     ks, vs = inp.scales(kv_dtype)
-    scratch = peer_vllm.make_scratch(row.num_heads, row.kv_heads, inp.device)
+    scratch = peer_vllm.make_scratch(row.num_heads, row.kv_heads, inp.device, row.head_dim)
     outs = _outs(inp, kv_dtype)
     fns = []
     for s in inp.sets(kv_dtype):
         kw = peer_vllm.decode_kwargs(m, inp.qs[s], kv, inp.tables[s], inp.seq_lens, inp.sinks,
-                                     row.window, SCALE, outs[s], scratch, max(row.seq_lens), ks, vs)
+                                     row.window, row.scale, outs[s], scratch, max(row.seq_lens), ks, vs)
         fns.append(functools.partial(_call_then_return, m.unified_attention, kw, outs[s]))
     src = peer_vllm.source_info()
     path = "3D split-K" if peer_vllm.uses_split_kernel(row.batch, row.kv_heads) else "2D"
@@ -444,20 +535,21 @@ def _call_then_return(fn, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
 
 
 def build_dense(inp: RowInputs) -> None:
-    """Unpaged contiguous K, V [B, kvH, attended, 128] per set (bf16, uniform rows)."""
+    """Unpaged contiguous K, V [B, kvH, attended, D] per set (bf16, uniform rows)."""
     row, kv = inp.row, inp.cache("bf16")
+    D = row.head_dim
     span = S.attended_span(row.seq_len, row.window)
     pages = S.page_span(row.seq_len, row.window)
     off = span.start - pages.start * PAGE_TOKENS
     inp.dense = []
     for s in inp.sets("bf16"):
-        k = torch.empty(row.batch, row.kv_heads, len(span), HEAD_DIM, dtype=torch.bfloat16, device=inp.device)
+        k = torch.empty(row.batch, row.kv_heads, len(span), D, dtype=torch.bfloat16, device=inp.device)
         v = torch.empty_like(k)
         for b in range(row.batch):
-            x = kv[inp.tables[s][b, pages.start:pages.stop].long()]  # [P, kvH, 16, 256]
-            x = x.permute(1, 0, 2, 3).reshape(row.kv_heads, -1, 2 * HEAD_DIM)[:, off:off + len(span)]
-            k[b].copy_(x[..., :HEAD_DIM])
-            v[b].copy_(x[..., HEAD_DIM:])
+            x = kv[inp.tables[s][b, pages.start:pages.stop].long()]  # [P, kvH, 16, 2 D]
+            x = x.permute(1, 0, 2, 3).reshape(row.kv_heads, -1, 2 * D)[:, off:off + len(span)]
+            k[b].copy_(x[..., :D])
+            v[b].copy_(x[..., D:])
         inp.dense.append((k, v))
 
 
@@ -466,17 +558,18 @@ def sdpa_reference(inp: RowInputs, idx: list[int]) -> torch.Tensor:
     key = ("nosinks", tuple(idx))
     if key not in inp.refs:
         sel = torch.tensor(idx, dtype=torch.long, device=inp.device)
+        no_sinks = None if inp.sinks is None else torch.full_like(inp.sinks, -math.inf)
         inp.refs[key] = reference_decode_attention(
             inp.qs[0][sel], inp.cache("bf16"), inp.tables[0][sel], inp.seq_lens[sel],
-            torch.full_like(inp.sinks, -math.inf), inp.row.window, SCALE)
+            no_sinks, inp.row.window, inp.row.scale)
     return inp.refs[key]
 
 
 def make_sdpa(inp: RowInputs, kv_dtype: str) -> Impl:
     """torch SDPA on a dense unpaged copy (attended positions only), no sinks,
     for the uniform bf16 rows. Fused backends only (the math fallback would
-    materialize 8x K/V); first enable_gqa=True, else the 8 query heads of a kv
-    head as 8 query rows of one head (the same math, plain MHA shapes)."""
+    materialize G x K/V); first enable_gqa=True, else the G query heads of a kv
+    head as G query rows of one head (the same math, plain MHA shapes)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     row = inp.row
@@ -485,18 +578,17 @@ def make_sdpa(inp: RowInputs, kv_dtype: str) -> Impl:
     fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
     if not inp.dense:
         build_dense(inp)
-    B, Hq, H = row.batch, row.num_heads, row.kv_heads
+    B, Hq, H, G, D, scale = row.batch, row.num_heads, row.kv_heads, row.gqa, row.head_dim, row.scale
 
     def gqa_call(q, k, v):
         with sdpa_kernel(fused):
-            o = F.scaled_dot_product_attention(q.view(B, Hq, 1, HEAD_DIM), k, v, scale=SCALE,
-                                               enable_gqa=True)
-        return o.view(B, Hq, HEAD_DIM)
+            o = F.scaled_dot_product_attention(q.view(B, Hq, 1, D), k, v, scale=scale, enable_gqa=True)
+        return o.view(B, Hq, D)
 
     def rows_call(q, k, v):
         with sdpa_kernel(fused):
-            o = F.scaled_dot_product_attention(q.view(B, H, GQA, HEAD_DIM), k, v, scale=SCALE)
-        return o.view(B, Hq, HEAD_DIM)
+            o = F.scaled_dot_product_attention(q.view(B, H, G, D), k, v, scale=scale)
+        return o.view(B, Hq, D)
 
     errors = []
     for name, call in (("enable_gqa=True", gqa_call), ("q heads as rows per kv head", rows_call)):

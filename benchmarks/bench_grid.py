@@ -2,7 +2,9 @@
 lengths, attended KV bytes, floors and goals, how many input sets keep L2
 cold and how many calls a graph holds.
 
-Two kinds of rows:
+Rows carry a shape: query heads per kv head (``gqa``, G), ``head_dim`` (D)
+and whether the call has sinks. The first two groups are the benchmark's
+original rows (G 8, D 128, sinks; the group "core"):
 
 - 15 uniform rows (the group "legacy", the benchmark's first rows, names,
   shapes and placement kept): every request has seq_len tokens, block tables
@@ -13,6 +15,11 @@ Two kinds of rows:
   CUDA-graph capture sizes, block tables 8192 wide, every request's blocks drawn
   at random from one shared pool of tens of GB.
 
+The group "models" holds the attention shapes of served models (MODELS):
+per model a b1 and a b8 uniform row, a b32 uniform row and a serving-shaped
+row (the lengths of ``srv_b32_logu32k``), and for gpt-oss its sliding-window
+layers (``swa128_oss120_*``).
+
 Every row has an fp8 twin (``<name>_fp8``): the same lengths, block
 tables and queries on an e4m3 cache holding the same values quantized.
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import math
+import re
 from dataclasses import dataclass
 
 from benchmarks.bench_report import GOAL, GOAL_TBPS, STRETCH, goal_us
@@ -35,6 +43,10 @@ ELEM_BYTES = {"bf16": 2, "fp8": 1}
 KV_DTYPES = ("bf16", "fp8")
 
 L2_BYTES_DEFAULT = 60 * 10**6  # H200
+# A CUDA error that leaves the context unusable: nothing after it can run.
+FATAL_ERROR = re.compile(r"CUDA error|illegal memory access|illegal instruction|unspecified launch failure|"
+                         r"misaligned address|device-side assert|cudaErrorLaunchFailure|"
+                         r"an illegal memory access")
 SMS_DEFAULT = 132  # H200
 
 # Goals (bench_report), the same for bf16 and fp8: floor at GOAL_TBPS = 4.5 TB/s,
@@ -56,7 +68,11 @@ class Row:
     placement: str = "compact"  # "compact": each set its own cache; "pool": the shared pool
     kv_dtype: str = "bf16"
     spec: str = ""  # how the lengths were drawn
-    group: str = "legacy"  # "legacy" or "serving"
+    group: str = "legacy"  # "legacy", "serving", "models" or "custom"
+    gqa: int = GQA  # query heads per kv head (G)
+    head_dim: int = HEAD_DIM  # D
+    sinks: bool = True  # fp32 sinks [H], or None
+    model: str = ""  # the model whose attention shape this is
 
     @property
     def seq_lens(self) -> tuple[int, ...]:
@@ -64,7 +80,17 @@ class Row:
 
     @property
     def num_heads(self) -> int:
-        return GQA * self.kv_heads
+        return self.gqa * self.kv_heads
+
+    @property
+    def scale(self) -> float:
+        """The softmax scale, head_dim ** -0.5."""
+        return self.head_dim**-0.5
+
+    @property
+    def shape(self) -> str:
+        """G, D and sinks, e.g. "G8 D128 sinks"."""
+        return f"G{self.gqa} D{self.head_dim} " + ("sinks" if self.sinks else "no sinks")
 
     @property
     def width(self) -> int:
@@ -76,8 +102,8 @@ class Row:
 
     @property
     def page_bytes(self) -> int:
-        """One (block, kv head) page: 16 tokens x 256 elements."""
-        return PAGE_TOKENS * 2 * HEAD_DIM * self.elem_bytes
+        """One (block, kv head) page: 16 tokens x 2 D elements."""
+        return PAGE_TOKENS * 2 * self.head_dim * self.elem_bytes
 
     @property
     def summary(self) -> S.LengthSummary:
@@ -90,13 +116,13 @@ class Row:
 
     @property
     def kv_bytes(self) -> int:
-        """Attended K+V bytes a call needs: positions x kv heads x 256 x element size."""
-        return self.attended * self.kv_heads * 2 * HEAD_DIM * self.elem_bytes
+        """Attended K+V bytes a call needs: positions x kv heads x 2 D x element size."""
+        return self.attended * self.kv_heads * 2 * self.head_dim * self.elem_bytes
 
     @property
     def qo_bytes(self) -> int:
         """q read + out written, bf16."""
-        return 2 * self.batch * self.num_heads * HEAD_DIM * 2
+        return 2 * self.batch * self.num_heads * self.head_dim * 2
 
     @property
     def pages_touched(self) -> int:
@@ -145,8 +171,9 @@ class Row:
     def describe(self) -> str:
         win = f" window {self.window}" if self.window else ""
         lens = f" lengths {self.spec}" if self.spec else f" L={self.seq_len}"
-        return (f"B={self.batch} kvH={self.kv_heads}{lens}{win} table {self.width} wide, "
-                f"{self.placement} placement, {self.kv_dtype}")
+        model = f" ({self.model})" if self.model else ""
+        return (f"B={self.batch} kvH={self.kv_heads} {self.shape}{model}{lens}{win} table "
+                f"{self.width} wide, {self.placement} placement, {self.kv_dtype}")
 
 
 def _k(n: int) -> str:
@@ -214,9 +241,67 @@ def serving_rows() -> list[Row]:
     return goal_calls + own + swa
 
 
-def default_grid() -> list[Row]:
-    """Every bf16 row, legacy first (the fp8 twins come from with_twins)."""
+@dataclass(frozen=True)
+class Model:
+    """A served model's decode attention shape (per GPU at tensor parallelism ``tp``)."""
+
+    tag: str  # the rows' name prefix
+    name: str
+    tp: int
+    gqa: int
+    head_dim: int
+    kv_heads: int
+    sinks: bool
+    windows: tuple[int, ...] = ()  # sliding-window layers' windows
+
+
+# Query heads / kv heads / head dim of the public configs, per GPU at ``tp``.
+MODELS = (
+    Model("oss120", "gpt-oss-120b", 1, 8, 64, 8, True, (128,)),  # 64 / 8 heads, D 64, sinks
+    Model("llama8b", "Llama-3.1-8B", 1, 4, 128, 8, False),  # 32 / 8
+    Model("qwen235tp4", "Qwen3-235B-A22B", 4, 16, 128, 1, False),  # 64 / 4 at TP4: 16 / 1
+    Model("glm45", "GLM-4.5", 1, 12, 128, 8, False),  # 96 / 8
+    Model("minimax2", "MiniMax-M2", 1, 6, 128, 8, False),  # 48 / 8
+    Model("qwen35", "Qwen3.5", 1, 8, 256, 2, False),  # full-attention layers: 16 / 2, D 256
+)
+# The serving row's lengths: those of srv_b32_logu32k (same seed), so that a
+# model's row compares with the G 8, D 128 one.
+MODEL_SERVING_LENGTHS = ("srv_b32_logu32k", 32, 100, 32768, 2101)
+
+
+def model_rows(models=MODELS) -> list[Row]:
+    """The group "models": per model, uniform rows b1 (8k tokens; 32k with
+    1-2 kv heads, whose bytes per token are 4-8x fewer), b8 at 32k and b32 at
+    8k, a serving-shaped row (32 log-uniform 100..32768, the lengths of
+    srv_b32_logu32k, pool-placed), then each window's sliding-window twins of
+    b1, b32 and the serving row."""
+    _, n, lo, hi, seed = MODEL_SERVING_LENGTHS
+    rows = []
+    for m in models:
+        shape = dict(group="models", gqa=m.gqa, head_dim=m.head_dim, sinks=m.sinks,
+                     model=m.name + (f", TP{m.tp}" if m.tp > 1 else ""))
+        b1_len = 8192 if m.kv_heads >= 8 else 32768
+        own = [Row(f"{m.tag}_b1_l{_k(b1_len)}", 1, m.kv_heads, b1_len, **shape),
+               Row(f"{m.tag}_b8_l32k", 8, m.kv_heads, 32768, **shape),
+               Row(f"{m.tag}_b32_l8k", 32, m.kv_heads, 8192, **shape)]
+        srv = dataclasses.replace(
+            serving_row(f"{m.tag}_srv_b32_logu32k", S.log_uniform(n, lo, hi, seed),
+                        f"log-uniform {lo}..{hi}", kv_heads=m.kv_heads), **shape)
+        rows += own + [srv]
+        for w in m.windows:
+            rows += [dataclasses.replace(r, name=f"swa{w}_{r.name}", window=w)
+                     for r in (own[0], own[2], srv)]
+    return rows
+
+
+def core_rows() -> list[Row]:
+    """The benchmark's original rows (G 8, D 128, sinks): legacy, then serving."""
     return legacy_rows() + serving_rows()
+
+
+def default_grid() -> list[Row]:
+    """Every bf16 row: the core rows, then the models' (the fp8 twins come from with_twins)."""
+    return core_rows() + model_rows()
 
 
 def with_twins(rows: list[Row], kv_dtypes=KV_DTYPES) -> list[Row]:
@@ -231,31 +316,46 @@ def with_twins(rows: list[Row], kv_dtypes=KV_DTYPES) -> list[Row]:
 QUICK_ROWS = ("b1_l8k", "b64_l8k", "h1_b8_l8k", "swa128_b16_l8k", "srv_b32_logu32k",
               "srv_s24_r20_1k8k", "swa128_srv_s64_r50")
 GROUPS = {"legacy": lambda r: r.group == "legacy", "serving": lambda r: r.group == "serving",
+          "core": lambda r: r.group in ("legacy", "serving"), "models": lambda r: r.group == "models",
           "all": lambda r: True}
+# What runs without --rows: the core rows, the workload of older runs (an
+# older build serves only their shapes). The models: --rows models; every
+# row: --rows all (longer than the default --budget-s allows).
+DEFAULT_GROUP = "core"
 
 
 def parse_custom_row(spec: str) -> Row:
-    """``B,kvH,L[,W]`` (W 0 or absent: full attention)."""
+    """``B,kvH,L[,W[,G,D[,S]]]`` (W 0 or absent: full attention; G query heads
+    per kv head, default 8; D the head dim, default 128; S 1: sinks (default), 0: none)."""
     parts = [int(x) for x in spec.split(",")]
-    if len(parts) not in (3, 4) or min(parts[:3]) < 1 or (len(parts) == 4 and parts[3] < 0):
-        raise ValueError(f"custom row must be B,kvH,L[,W] with positive B, kvH, L, got {spec!r}")
+    if len(parts) not in (3, 4, 6, 7) or min(parts[:3]) < 1 or (len(parts) >= 4 and parts[3] < 0):
+        raise ValueError(f"custom row must be B,kvH,L[,W[,G,D[,S]]] with positive B, kvH, L, got {spec!r}")
     batch, kv_heads, seq_len = parts[:3]
     if 8 % kv_heads:
         raise ValueError(f"custom row: kv heads must divide 8, got {kv_heads}")
-    window = parts[3] if len(parts) == 4 and parts[3] > 0 else None
+    window = parts[3] if len(parts) >= 4 and parts[3] > 0 else None
+    gqa, head_dim = parts[4:6] if len(parts) >= 6 else (GQA, HEAD_DIM)
+    sinks = bool(parts[6]) if len(parts) == 7 else True
+    if gqa < 1 or head_dim not in (64, 128, 256):
+        raise ValueError(f"custom row: G must be >= 1 and D one of 64, 128, 256, got {gqa}, {head_dim}")
     name = f"b{batch}_h{kv_heads}_l{_k(seq_len)}" + (f"_w{window}" if window else "")
-    return Row(name, batch, kv_heads, seq_len, window, group="custom")
+    if (gqa, head_dim, sinks) != (GQA, HEAD_DIM, True):
+        name += f"_g{gqa}_d{head_dim}" + ("" if sinks else "_nosinks")
+    return Row(name, batch, kv_heads, seq_len, window, group="custom", gqa=gqa, head_dim=head_dim,
+               sinks=sinks)
 
 
 def select_rows(names: str | None, quick: bool = False, kv_dtypes=KV_DTYPES) -> list[Row]:
     """Rows by comma-separated names, shell patterns (``srv_*``), groups
-    (legacy, serving, all) or ``custom:B,kvH,L[,W]`` (';'-separated when
-    several), the quick subset, or the whole grid; each with its twins in
-    ``kv_dtypes``. A name ending in _fp8 selects that twin alone."""
+    (legacy, serving, core, models, all) or ``custom:B,kvH,L[,W[,G,D[,S]]]``
+    (';'-separated when several), the quick subset, or DEFAULT_GROUP; each
+    with its twins in ``kv_dtypes``. A name ending in _fp8 selects that twin
+    alone."""
     grid = default_grid()
     by_name = {r.name: r for r in grid}
     if not names:
-        base = [by_name[n] for n in QUICK_ROWS] if quick else grid
+        base = ([by_name[n] for n in QUICK_ROWS] if quick
+                else [r for r in grid if GROUPS[DEFAULT_GROUP](r)])
         return with_twins(base, kv_dtypes)
     rows: list[Row] = []
 

@@ -6,7 +6,8 @@ JSON and the plot. Also a command line that re-renders a saved run:
     python benchmarks/bench_report.py --table results/bench_X.json
 
 A row result is a dict: row, kv_dtype, twin (the bf16 row's name), batch,
-kv_heads, seq_len (the longest), window, lengths {count, padding, min, median,
+kv_heads, gqa, head_dim, sinks (the shape; runs before the models' rows have
+none: G 8, D 128, sinks), seq_len (the longest), window, lengths {count, padding, min, median,
 max, attended_tokens, attended_pages}, kv_bytes, floor_us (at the measured
 ceiling), goal_us / stretch_us (at 4.5 TB/s), n_sets, n_calls,
 balance {impl: {plan, max_pages, mean_pages, ratio} or {error}}, and impls:
@@ -97,6 +98,12 @@ def _us(x: float) -> str:
 
 def _win(w) -> str:
     return str(w) if w else "—"
+
+
+def shape(res: dict) -> str:
+    """G (query heads per kv head), D and sinks of a row: "G8 D128 s"
+    ("s": sinks); rows of older runs are G 8, D 128 with sinks."""
+    return f"G{res.get('gqa', 8)} D{res.get('head_dim', 128)}" + (" s" if res.get("sinks", True) else "")
 
 
 def _t(res: dict, impl: str):
@@ -207,7 +214,7 @@ def markdown_table(results: list[dict]) -> str:
     normalize(results)
     impls = impl_order(results)
     peers = [n for n in impls if n != FLINT]
-    head = ["row", "kvH", "lengths", "win", "KV MB", "floor µs", "goal µs"]
+    head = ["row", "kvH", "shape", "lengths", "win", "KV MB", "floor µs", "goal µs"]
     for n in impls:
         head += [f"{n} µs", "TB/s", "% ceil"]
     has_flint = FLINT in impls
@@ -215,7 +222,7 @@ def markdown_table(results: list[dict]) -> str:
         head += [f"flint vs {p}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for res in results:
-        cells = [res["row"], str(res["kv_heads"]), _lengths(res), _win(res["window"]),
+        cells = [res["row"], str(res["kv_heads"]), shape(res), _lengths(res), _win(res["window"]),
                  f"{res['kv_bytes'] / 1e6:.1f}", _us(res["floor_us"]), _us(res["goal_us"])]
         for n in impls:
             cells += _cell(res["impls"].get(n))
@@ -230,20 +237,21 @@ def markdown_table(results: list[dict]) -> str:
 
 def lengths_table(rows: list[dict]) -> str:
     """Each row's shape and lengths (rows as dicts with name, kv_heads,
-    window, table_width, placement, spec, lengths)."""
-    head = ["row", "kvH", "win", "table", "placement", "requests", "padding", "min", "median",
+    gqa, head_dim, sinks, window, table_width, placement, spec, lengths)."""
+    head = ["row", "kvH", "shape", "win", "table", "placement", "requests", "padding", "min", "median",
             "max", "attended pages", "lengths drawn as"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         s = r["lengths"]
         lines.append("| " + " | ".join([
-            r["row"], str(r["kv_heads"]), _win(r["window"]), str(r.get("table_width", "")),
+            r["row"], str(r["kv_heads"]), shape(r), _win(r["window"]), str(r.get("table_width", "")),
             r.get("placement", ""), str(s["count"] - s["padding"]), str(s["padding"]), str(s["min"]),
             f"{s['median']:g}", str(s["max"]), str(s["attended_pages"]), r.get("spec") or "uniform"]) + " |")
     return "\n".join(lines)
 
 
 SPEEDUP_LEGEND = ("flint vs P = P µs / flint µs (> 1: flint is faster); * = output not checked; "
+                  "shape = G query heads per kv head, head dim D, s = sinks; "
                   "goal = floor at 4.5 TB/s / 0.93 + 3 µs, stretch = / 0.95 + 2 µs; balance = the "
                   "slowest CTA's pages / the mean (pages), from flint's default plan")
 

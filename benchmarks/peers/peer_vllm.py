@@ -19,20 +19,24 @@ the way vLLM 0.33's TritonAttentionImpl.forward does for a decode batch
 
 - cache: vLLM 0.33 hands this backend the cache in the logical order
   [num_blocks, kv_heads, block_size, 2 * head_size] -- Flint's HND layout with K
-  in [..., :128] and V in [..., 128:] -- and passes the kernel the strided views
-  ``kv.transpose(1, 2).split(128, -1)`` ([num_blocks, 16, kv_heads, 128] each).
+  in [..., :D] and V in [..., D:] -- and passes the kernel the strided views
+  ``kv.transpose(1, 2).split(D, -1)`` ([num_blocks, 16, kv_heads, D] each).
   So the peer reads the very same cache, through views, no copy.
+- shapes: any query heads per kv head (num_queries_per_kv; BLOCK_M = 16 rows
+  hold 16 // G tokens' heads up to G 16) and head size (padded to a power of
+  two, HEAD_SIZE_PADDED); sinks optional (None: USE_SINKS off).
 - one query token per request: cu_seqlens_q = arange(B + 1), max_seqlen_q = 1;
   padding rows (seq_len 0) keep their query token, as a CUDA-graph-padded batch
   does; they are not checked (the 3D path leaves their output untouched).
-- sinks: the fp32 [num_q_heads] logits; window W: window_size = (W - 1, 0), no
+- sinks: the fp32 [num_q_heads] logits or None; window W: window_size = (W - 1, 0), no
   window: (-1, -1) (TritonAttentionImpl's self.sliding_window).
 - fp8 (e4m3) cache: kv_quant_mode FP8_PER_TENSOR, k_descale / v_descale the
   per-tensor scales expanded to [num_seqs, kv_heads] (the kernel reads their
   first element), q stays bf16 and q_descale None.
 - split-K ("3D") scratch and threshold as TritonAttentionMetadataBuilder sets them
   with CUDA graphs on: 16 softmax segments, seq_threshold_3D = the capture size
-  closest to 128 // kv_heads; batches above it take the 2D kernel.
+  closest to 128 // kv_heads; batches above it take the 2D kernel. The
+  segments' output is [rows, num_heads, 16, next_power_of_2(head_size)].
 """
 
 from __future__ import annotations
@@ -218,17 +222,19 @@ def split_threshold(num_kv_heads: int, capture_sizes=CAPTURE_SIZES) -> int:
     return min(capture_sizes, key=lambda x: abs(x - target))
 
 
-def make_scratch(num_heads: int, num_kv_heads: int, device) -> dict:
+def make_scratch(num_heads: int, num_kv_heads: int, device, head_dim: int = HEAD_DIM) -> dict:
     """The split-K buffers the metadata builder allocates once (rows =
-    seq_threshold_3D: max_num_seqs is larger in every vLLM default)."""
+    seq_threshold_3D: max_num_seqs is larger in every vLLM default; head
+    size padded to a power of two)."""
     import torch
 
     rows = split_threshold(num_kv_heads)
     seg = NUM_PAR_SOFTMAX_SEGMENTS
+    padded = 1 << (head_dim - 1).bit_length()
     return {
         "seq_threshold_3D": rows,
         "num_par_softmax_segments": seg,
-        "softmax_segm_output": torch.empty(rows, num_heads, seg, HEAD_DIM, dtype=torch.float32,
+        "softmax_segm_output": torch.empty(rows, num_heads, seg, padded, dtype=torch.float32,
                                            device=device),
         "softmax_segm_max": torch.empty(rows, num_heads, seg, dtype=torch.float32, device=device),
         "softmax_segm_expsum": torch.empty(rows, num_heads, seg, dtype=torch.float32, device=device),
@@ -241,9 +247,11 @@ def uses_split_kernel(batch: int, num_kv_heads: int) -> bool:
 
 
 def cache_views(kv_cache):
-    """K and V as the [num_blocks, 16, kv_heads, 128] views vLLM 0.33 passes."""
+    """K and V as the [num_blocks, 16, kv_heads, D] views vLLM 0.33 passes
+    (the cache's last dim split in halves)."""
     nhd = kv_cache.transpose(1, 2)
-    return nhd[..., :HEAD_DIM], nhd[..., HEAD_DIM:]
+    d = kv_cache.shape[-1] // 2
+    return nhd[..., :d], nhd[..., d:]
 
 
 def decode_kwargs(module, q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
@@ -280,17 +288,21 @@ def decode_kwargs(module, q, kv_cache, block_tables, seq_lens, sinks, window, sc
 # --- compiling ahead -----------------------------------------------------------------------
 
 
-def warm_spec(batch: int, kv_heads: int, window, kv_dtype: str, width: int) -> dict:
-    return {"batch": batch, "kv_heads": kv_heads, "window": window, "kv_dtype": kv_dtype, "width": width}
+def warm_spec(batch: int, kv_heads: int, window, kv_dtype: str, width: int, gqa: int = 8,
+              head_dim: int = HEAD_DIM, sinks: bool = True) -> dict:
+    return {"batch": batch, "kv_heads": kv_heads, "window": window, "kv_dtype": kv_dtype, "width": width,
+            "gqa": gqa, "head_dim": head_dim, "sinks": sinks}
 
 
 def compile_group(spec: dict) -> tuple:
     """What (roughly) selects a distinct Triton compilation of the kernels for
     a call of this shape: split-K or 2D, window or not, cache dtype, kv heads
-    (num_query_heads is a constexpr) and the batch size's integer
-    specialization (1, a multiple of 16, other)."""
+    and query heads per kv head (num_query_heads is a constexpr), head size,
+    sinks or not, and the batch size's integer specialization (1, a multiple
+    of 16, other)."""
     b, kvh = spec["batch"], spec["kv_heads"]
-    return (uses_split_kernel(b, kvh), bool(spec["window"]), spec["kv_dtype"], kvh, b == 1, b % 16 == 0)
+    return (uses_split_kernel(b, kvh), bool(spec["window"]), spec["kv_dtype"], kvh, spec.get("gqa", 8),
+            spec.get("head_dim", HEAD_DIM), spec.get("sinks", True), b == 1, b % 16 == 0)
 
 
 def partition(specs: list[dict], n: int) -> list[list[dict]]:
@@ -333,13 +345,15 @@ def warm(specs: list[dict], log=print) -> int:
     for s in specs:
         t0 = time.time()
         b, kvh, width = s["batch"], s["kv_heads"], s["width"]
+        g, d = s.get("gqa", 8), s.get("head_dim", HEAD_DIM)
         dtype = torch.float8_e4m3fn if s["kv_dtype"] == "fp8" else torch.bfloat16
-        q = torch.empty(b, 8 * kvh, HEAD_DIM, dtype=torch.bfloat16)
-        kv = torch.empty(2, kvh, 16, 2 * HEAD_DIM, dtype=dtype)
+        q = torch.empty(b, g * kvh, d, dtype=torch.bfloat16)
+        kv = torch.empty(2, kvh, 16, 2 * d, dtype=dtype)
         scale1 = torch.empty(1, dtype=torch.float32)
+        sinks = torch.empty(g * kvh) if s.get("sinks", True) else None
         kw = decode_kwargs(m, q, kv, torch.empty(b, width, dtype=torch.int32), torch.empty(b, dtype=torch.int32),
-                           torch.empty(8 * kvh), s["window"], HEAD_DIM**-0.5, torch.empty_like(q),
-                           make_scratch(8 * kvh, kvh, "cpu"), 16 * width, scale1, scale1)
+                           sinks, s["window"], d**-0.5, torch.empty_like(q),
+                           make_scratch(g * kvh, kvh, "cpu", d), 16 * width, scale1, scale1)
         try:
             m.unified_attention(**kw)
             done += 1
@@ -426,30 +440,36 @@ def cpu_check(peer_dir: Path | None = None) -> list[str]:
     m = load(peer_dir)
     lines = []
     lens = [40, 0, 70, 3]
-    for kv_dtype in (torch.bfloat16, FP8):
-        for window in (None, 20):
+    # (G, D, sinks, [(kv dtype, window, split-K)]): every combination at the
+    # core rows' shape, two at each of the models' shapes.
+    every = [(d, w, sp) for d in (torch.bfloat16, FP8) for w in (None, 20) for sp in (True, False)]
+    two = [(torch.bfloat16, None, True), (FP8, 20, False)]
+    shapes = [(8, HEAD_DIM, True, every), (8, 64, True, two), (4, 128, False, two), (6, 128, False, two),
+              (12, 128, False, two), (16, 128, False, two), (8, 256, False, two)]
+    for group, d, sinks, combos in shapes:
+        for kv_dtype, window, split in combos:
             kw = dict(k_scale=K_SCALE, v_scale=V_SCALE) if kv_dtype == FP8 else {}
-            inp = make_paged_inputs(len(lens), lens, 2, window, "cpu", seed=5, kv_dtype=kv_dtype, **kw)
+            inp = make_paged_inputs(len(lens), lens, 2, window, "cpu", seed=5, kv_dtype=kv_dtype, group=group,
+                                    head_dim=d, with_sinks=sinks, **kw)
             ref = reference_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
-                                             window, HEAD_DIM**-0.5, inp.k_scale, inp.v_scale)
-            for split in (True, False):
-                scratch = make_scratch(16, 2, "cpu") if split else dict(
-                    seq_threshold_3D=None, num_par_softmax_segments=None, softmax_segm_output=None,
-                    softmax_segm_max=None, softmax_segm_expsum=None)
-                out = torch.full_like(inp.out, float("nan"))
-                m.unified_attention(**decode_kwargs(
-                    m, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window,
-                    HEAD_DIM**-0.5, out, scratch, max(lens), inp.k_scale, inp.v_scale))
-                real = [i for i, n in enumerate(lens) if n > 0]
-                dt = "fp8" if kv_dtype == FP8 else "bf16"
-                tol = PEER_TOL[dt]
-                rep = error_report(out[real], ref[real], tol)
-                what = f"{dt} window {window} {'split-K' if split else '2D'}"
-                if not rep.ok(tol):
-                    raise AssertionError(f"{what}: {rep.describe(tol)}")
-                lines.append(f"{what}: ok (rel err {rep.rel_fro:.1e})")
+                                             window, d**-0.5, inp.k_scale, inp.v_scale)
+            scratch = make_scratch(group * 2, 2, "cpu", d) if split else dict(
+                seq_threshold_3D=None, num_par_softmax_segments=None, softmax_segm_output=None,
+                softmax_segm_max=None, softmax_segm_expsum=None)
+            out = torch.full_like(inp.out, float("nan"))
+            m.unified_attention(**decode_kwargs(
+                m, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window,
+                d**-0.5, out, scratch, max(lens), inp.k_scale, inp.v_scale))
+            real = [i for i, n in enumerate(lens) if n > 0]
+            dt = "fp8" if kv_dtype == FP8 else "bf16"
+            tol = PEER_TOL[dt]
+            rep = error_report(out[real], ref[real], tol)
+            what = (f"G{group} D{d}{'' if sinks else ' no sinks'} {dt} window {window} "
+                    f"{'split-K' if split else '2D'}")
+            if not rep.ok(tol):
+                raise AssertionError(f"{what}: {rep.describe(tol)}")
+            lines.append(f"{what}: ok (rel err {rep.rel_fro:.1e})")
     return lines
-
 
 if __name__ == "__main__":
     usage = ("usage: TRITON_INTERPRET=1 python benchmarks/peers/peer_vllm.py --cpu-check\n"

@@ -5,11 +5,19 @@ Read from the source of flashinfer-python 0.6.18.post1 (decode.py,
 xqa.py, jit/xqa.py, data/csrc/xqa/*), not run here (no GPU):
 
 - ``trtllm_batch_decode_with_kv_cache(..., backend="xqa")`` takes the cache as
-  a (K, V) tuple of [num_pages, kv_heads, 16, 128] tensors with
+  a (K, V) tuple of [num_pages, kv_heads, 16, D] tensors with
   ``kv_layout="HND"`` (any strides but the last: zero-copy views of Flint's
-  cache), a [B, max_pages] int32 block table, seq_lens, ``sinks`` as fp32
-  [num_q_heads] (reshaped to [kv_heads, 8] inside), ``window_left = W - 1``
-  (-1: none) and ``out`` of q's dtype.
+  [num_blocks, kv_heads, 16, 2 D] cache split at D), a [B, max_pages] int32
+  block table, seq_lens, ``sinks`` as fp32 [num_q_heads] (reshaped to
+  [kv_heads, G] inside; None: no sinks, the kernels test the pointer),
+  ``window_left = W - 1`` (-1: none) and ``out`` of q's dtype. D comes from
+  q.shape[-1], G from num_q_heads // kv_heads.
+- Shapes (jit/xqa.py, data/csrc/xqa/mha.h): D a multiple of 16 up to 512
+  (mha.h: 64, 128, 256, 512 or 576), any G (HEAD_GRP_SIZE, compiled in); the
+  bf16 cache runs mha.cu (G rows padded to 16), the fp8 cache on sm_90 the
+  Hopper kernel mha_sm90.cu (D <= 256; G padded to a multiple of 8). So the
+  benchmark's shapes (D 64, 128, 256; G 4, 6, 8, 12, 16) are all in range;
+  whether each compiles is seen when its module builds.
 - It hands XQA ``kv_scale = bmm2_scale * o_scale`` and ``q_scale = bmm1_scale /
   kv_scale * sqrt(head_dim)``; the kernel scales Q.K^T by ``q_scale * kv_scale
   / sqrt(head_dim)`` when the cache is quantized (by ``q_scale / sqrt(head_dim)``
@@ -25,10 +33,14 @@ xqa.py, jit/xqa.py, data/csrc/xqa/*), not run here (no GPU):
   also takes sinks and the sliding window at q_len 1. That kernel feeds Q and P
   to fp8 tensor cores, so its error against float64 is larger than a bf16
   kernel's: the benchmark checks peers with a looser bound (checks.PEER_TOL).
-- One JIT module per (q dtype, cache dtype, page 16, head_dim 128, group 8,
-  sliding or not, out dtype): four here. ``prebuild`` compiles them in one ninja
-  run (flashinfer.jit.core.build_jit_specs, what FlashInfer's AOT build uses)
-  without loading them; the first call then finds them built and only loads.
+- One JIT module per (q dtype, cache dtype, page 16, D, G, sliding or not, out
+  dtype): four for the core rows (D 128, G 8), one per shape, dtype and
+  window more for the models' rows. ``Prebuild`` compiles them in one ninja
+  run (flashinfer.jit.core.build_jit_specs, what FlashInfer's AOT build uses,
+  here with ninja's -k 0 so that one module's compile error does not stop
+  the others) without loading them; the first call then finds them built and
+  only loads. A module that did not build makes its rows' XQA column missing
+  with the build's error instead of building it again at each first call.
 """
 
 from __future__ import annotations
@@ -74,12 +86,14 @@ def effective_scales(bmm1_scale: float, bmm2_scale: float, head_dim: int = HEAD_
 def call_kwargs(q, kv_cache, workspace, block_tables, seq_lens, sinks, window, scale, out,
                 max_seq_len: int, k_scale: float | None = None, v_scale: float | None = None) -> dict:
     """Keyword arguments of trtllm_batch_decode_with_kv_cache for one call on
-    Flint's inputs (HND cache [num_blocks, kv_heads, 16, 256], K | V)."""
+    Flint's inputs (HND cache [num_blocks, kv_heads, 16, 2 D], K | V; sinks
+    [H] fp32 or None)."""
     fp8 = str(kv_cache.dtype) == "torch.float8_e4m3fn"
     bmm1, bmm2 = scales(fp8, scale, k_scale, v_scale)
+    d = kv_cache.shape[-1] // 2
     return dict(
         query=q,
-        kv_cache=(kv_cache[..., :HEAD_DIM], kv_cache[..., HEAD_DIM:]),
+        kv_cache=(kv_cache[..., :d], kv_cache[..., d:]),
         workspace_buffer=workspace,
         block_tables=block_tables,
         seq_lens=seq_lens,
@@ -95,22 +109,63 @@ def call_kwargs(q, kv_cache, workspace, block_tables, seq_lens, sinks, window, s
     )
 
 
-def module_args(kv_fp8: bool, sliding: bool) -> tuple:
+def variant(kv_fp8: bool, sliding: bool, head_dim: int = HEAD_DIM, group: int = GQA) -> tuple:
+    """What selects an XQA module for the benchmark's calls: (kv_fp8, sliding, D, G)."""
+    return (bool(kv_fp8), bool(sliding), int(head_dim), int(group))
+
+
+def describe(v: tuple) -> str:
+    kv_fp8, sliding, head_dim, group = v
+    return f"{'fp8' if kv_fp8 else 'bf16'}{' sliding' if sliding else ''} D{head_dim} G{group}"
+
+
+def module_args(kv_fp8: bool, sliding: bool, head_dim: int = HEAD_DIM, group: int = GQA) -> tuple:
     """get_xqa_module / gen_xqa_module arguments of one call shape."""
     import torch
 
     kv = torch.float8_e4m3fn if kv_fp8 else torch.bfloat16
-    return (torch.bfloat16, kv, PAGE_TOKENS, HEAD_DIM, GQA, sliding, torch.bfloat16, 1, False)
+    return (torch.bfloat16, kv, PAGE_TOKENS, head_dim, group, sliding, torch.bfloat16, 1, False)
+
+
+def _run_ninja_keep_going(workdir, ninja_file, verbose: bool) -> None:
+    """flashinfer.jit.cpp_ext.run_ninja with -k 0: every module that can build does."""
+    import subprocess
+
+    from flashinfer.jit import cpp_ext
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    command = ["ninja", "-v", "-k", "0", "-C", str(workdir.resolve()), "-f", str(ninja_file.resolve())]
+    workers = cpp_ext._get_num_workers()
+    if workers is not None:
+        command += ["-j", str(workers)]
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          cwd=str(workdir.resolve()), text=True)
+    if done.returncode != 0:
+        raise RuntimeError("Ninja build failed. Ninja output:\n" + (done.stdout or "")[-20000:])
+
+
+def build_error(output: str, name: str) -> str:
+    """The first compiler error line of module ``name`` in ninja's output ('' if none)."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("FAILED:") and name in line:
+            for follow in lines[i + 1:i + 400]:
+                if "error" in follow and not follow.startswith(("FAILED:", "[")):
+                    return follow.strip()[:300]
+            return line.strip()[:300]
+    return ""
 
 
 class Prebuild:
-    """Compiles the XQA modules for ``variants`` [(kv_fp8, sliding)] in a
+    """Compiles the XQA modules for ``variants`` [variant(...)] in a
     background thread; ``wait()`` before the first XQA call (calls must not
-    build the same module at the same time)."""
+    build the same module at the same time). ``failed``: variant -> why, for
+    the modules that did not build."""
 
     def __init__(self, variants, log):
-        self.variants, self.log = list(variants), log
+        self.variants, self.log = [variant(*v) for v in variants], log
         self.error: str | None = None
+        self.failed: dict = {}
         self.seconds: float | None = None
         self.waited = 0.0  # seconds callers spent in wait()
         self._thread = threading.Thread(target=self._run, name="xqa-prebuild", daemon=True)
@@ -122,18 +177,35 @@ class Prebuild:
 
     def _run(self) -> None:
         t0 = time.time()
+        specs = []
         try:
+            from unittest import mock
+
             import_flashinfer()
+            from flashinfer.jit import core
             from flashinfer.jit.core import build_jit_specs
             from flashinfer.jit.xqa import gen_xqa_module
 
-            specs = [gen_xqa_module(*module_args(f, s)) for f, s in self.variants]
+            specs = [gen_xqa_module(*module_args(*v)) for v in self.variants]
             self.log(f"flashinfer: building {len(specs)} XQA modules in one ninja run "
-                     f"({', '.join(('fp8' if f else 'bf16') + (' sliding' if s else '') for f, s in self.variants)})")
-            build_jit_specs(specs)
-        except Exception as e:  # noqa: BLE001 (the first call builds it again, serially)
-            self.error = f"{type(e).__name__}: {e}"
-            self.log(f"flashinfer prebuild failed ({self.error[:300]}); each module builds at its first call")
+                     f"({', '.join(describe(v) for v in self.variants)})")
+            with mock.patch.object(core, "run_ninja", _run_ninja_keep_going):
+                build_jit_specs(specs)
+        except Exception as e:  # noqa: BLE001 (the modules that built are used)
+            error = f"{type(e).__name__}: {e}"
+            self.error = error[:300] + (f" ... {error[-1500:]}" if len(error) > 300 else "")
+            self.log(f"flashinfer prebuild failed ({error[:300]})")
+            for v, spec in zip(self.variants, specs):
+                try:
+                    built = spec.is_compiled
+                except Exception:  # noqa: BLE001
+                    built = False
+                if not built:
+                    why = build_error(error, spec.name) or error.splitlines()[0][:300]
+                    self.failed[v] = f"XQA module {describe(v)} did not build: {why}"
+                    self.log(f"  {self.failed[v]}")
+            if not specs:  # not even specified: each module builds at its first call
+                self.log("each XQA module builds at its first call")
         self.seconds = time.time() - t0
         if self.error is None:
             self.log(f"flashinfer: XQA modules built in {self.seconds:.0f} s")
@@ -202,29 +274,37 @@ def cpu_check() -> str:
         return (f"xqa: scale mapping ok; flashinfer not importable here ({type(e).__name__}: "
                 f"{str(e)[:200]}), so the call was not traced")
     kvh, batch = 2, 3
-    for dtype in (torch.bfloat16, torch.float8_e4m3fn):
-        fp8 = dtype != torch.bfloat16
-        for window in (None, 128):
-            kv = torch.zeros(6, kvh, PAGE_TOKENS, 2 * HEAD_DIM).to(dtype)
-            q = torch.zeros(batch, GQA * kvh, HEAD_DIM, dtype=torch.bfloat16)
-            out = torch.empty_like(q)
-            kw = call_kwargs(q, kv, torch.zeros(16 << 20, dtype=torch.uint8),
-                             torch.zeros(batch, 4, dtype=torch.int32), torch.ones(batch, dtype=torch.int32),
-                             torch.zeros(GQA * kvh), window, scale, out, 64,
-                             ks if fp8 else None, vs if fp8 else None)
-            seen = trace_call(kw)
-            c, what = seen["call"], f"{'fp8' if fp8 else 'bf16'} window {window}"
-            assert seen["module"] == module_args(fp8, window is not None), (what, seen["module"])
-            assert c["run_sm90_fp8_mha"] == fp8 and c["sliding_win_size"] == (window or 0), what
-            logit = c["q_scale"] * (c["kv_scale"] if fp8 else 1.0) / HEAD_DIM**0.5
-            assert abs(logit - scale * (ks if fp8 else 1.0)) < 1e-9, (what, logit)
-            assert not fp8 or abs(c["kv_scale"] - vs) < 1e-12, (what, c["kv_scale"])
-            assert tuple(c["sinks"].shape) == (kvh, GQA) and c["num_kv_heads"] == kvh, what
-            k, v = c["k_cache"], c["v_cache"]  # NHD views of the HND cache, no copy
-            assert k.data_ptr() == kv.data_ptr() and v.data_ptr() == kv.data_ptr() + HEAD_DIM * kv.element_size()
-            assert tuple(k.shape) == (6, PAGE_TOKENS, kvh, HEAD_DIM) and k.stride() == (
-                kvh * PAGE_TOKENS * 2 * HEAD_DIM, 2 * HEAD_DIM, PAGE_TOKENS * 2 * HEAD_DIM, 1), what
-            assert c["output"].data_ptr() == out.data_ptr() and c["batch_size"] == batch, what
-    return (f"xqa: scale mapping ok; calls on bf16 and fp8 caches, with and without a window, traced "
+    shapes = [(GQA, HEAD_DIM, True), (8, 64, True), (4, 128, False), (12, 128, False), (16, 256, False)]
+    for group, d, with_sinks in shapes:
+        for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+            fp8 = dtype != torch.bfloat16
+            for window in (None, 128):
+                kv = torch.zeros(6, kvh, PAGE_TOKENS, 2 * d).to(dtype)
+                q = torch.zeros(batch, group * kvh, d, dtype=torch.bfloat16)
+                out = torch.empty_like(q)
+                sinks = torch.zeros(group * kvh) if with_sinks else None
+                kw = call_kwargs(q, kv, torch.zeros(16 << 20, dtype=torch.uint8),
+                                 torch.zeros(batch, 4, dtype=torch.int32), torch.ones(batch, dtype=torch.int32),
+                                 sinks, window, d**-0.5, out, 64, ks if fp8 else None, vs if fp8 else None)
+                seen = trace_call(kw)
+                c = seen["call"]
+                what = f"{'fp8' if fp8 else 'bf16'} G{group} D{d} sinks {with_sinks} window {window}"
+                assert seen["module"] == module_args(fp8, window is not None, d, group), (what, seen["module"])
+                assert c["run_sm90_fp8_mha"] == fp8 and c["sliding_win_size"] == (window or 0), what
+                logit = c["q_scale"] * (c["kv_scale"] if fp8 else 1.0) / d**0.5
+                assert abs(logit - d**-0.5 * (ks if fp8 else 1.0)) < 1e-9, (what, logit)
+                assert not fp8 or abs(c["kv_scale"] - vs) < 1e-12, (what, c["kv_scale"])
+                if with_sinks:
+                    assert tuple(c["sinks"].shape) == (kvh, group), what
+                else:
+                    assert c["sinks"] is None, what
+                assert c["num_kv_heads"] == kvh, what
+                k, v = c["k_cache"], c["v_cache"]  # NHD views of the HND cache, no copy
+                assert k.data_ptr() == kv.data_ptr() and v.data_ptr() == kv.data_ptr() + d * kv.element_size()
+                assert tuple(k.shape) == (6, PAGE_TOKENS, kvh, d) and k.stride() == (
+                    kvh * PAGE_TOKENS * 2 * d, 2 * d, PAGE_TOKENS * 2 * d, 1), what
+                assert c["output"].data_ptr() == out.data_ptr() and c["batch_size"] == batch, what
+    return (f"xqa: scale mapping ok; calls on bf16 and fp8 caches, with and without a window, at "
+            f"{', '.join(f'G{g} D{d}' + ('' if si else ' no sinks') for g, d, si in shapes)}, traced "
             f"through flashinfer {fi.__version__} down to the XQA module: the prebuilt modules, the "
             f"Hopper fp8 kernel for fp8, scales, window, sinks and zero-copy cache views as intended")
