@@ -138,8 +138,9 @@ def test_cpu_generate_matches_eager(cpu_reference):
     kind, model, ids, mask, eager = cpu_reference
     flint = flint_generate_by_hand(model, ids, mask)
     assert torch.equal(flint.logits[0], eager.logits[0]), "the prefill is eager's"
+    # Tokens equal eager's up to a near tie (check_generation): the prompts
+    # have none under torch 2.11, but another torch's matmuls may move one.
     check_generation(flint, eager, ids.shape[1])
-    assert torch.equal(flint.sequences, eager.sequences)  # no near tie in these prompts (MODELS)
 
 
 def test_flint_generate_matches_eager(cpu_reference):
@@ -189,7 +190,6 @@ def test_cpu_generate_matches_eager_with_a_reference_op(kind, monkeypatch):
     monkeypatch.setattr(flint_tf, "flint_decode_attention", reference_op)
     flint = flint_generate_by_hand(model, ids, mask, steps=6)
     check_generation(flint, eager, ids.shape[1])
-    assert torch.equal(flint.sequences, eager.sequences)
 
 
 _REAL_ATTEND = flint_tf.FlintPagedCache.attend
