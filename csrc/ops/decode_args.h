@@ -1,7 +1,6 @@
 // The arguments of one flint::decode_attention call, as the dispatcher hands
-// them over. Only the dispatcher entry points (CPU, CUDA, Meta, Autograd, the
-// build without the CUDA kernel) spell the signature out; everything behind
-// them takes this struct. It refers to the caller's tensors: it lives no
+// them over. Only dispatcher_entry (below) and the Autograd kernel spell the
+// signature out; everything behind them takes this struct. It refers to the caller's tensors: it lives no
 // longer than the call.
 #pragma once
 
@@ -28,5 +27,19 @@ struct DecodeArgs {
   // The dims of q and out: 3 for one query token per request, 4 for several.
   bool multi_token() const { return q.dim() == 4; }
 };
+
+// A backend that takes DecodeArgs as the dispatcher calls it: the op's
+// parameters, spelled out here once for the CPU, CUDA and Meta kernels (the
+// Autograd kernel, which also takes the dispatch keys, spells them itself).
+template <void (*Backend)(const DecodeArgs&)>
+void dispatcher_entry(const at::Tensor& q, const at::Tensor& kv_cache,
+                      const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                      const std::optional<at::Tensor>& sinks, std::optional<int64_t> window,
+                      double scale, const at::Tensor& out,
+                      const std::optional<at::Tensor>& k_scale,
+                      const std::optional<at::Tensor>& v_scale,
+                      const std::optional<at::Tensor>& lse) {
+  Backend({q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale, lse});
+}
 
 }  // namespace flint

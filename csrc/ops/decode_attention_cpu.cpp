@@ -255,18 +255,9 @@ void attend(const DecodeParams& p, int b, int kvh, Scratch& w) {
   }
 }
 
-// The CPU entry point: the op's parameters, spelled out for the dispatcher.
-void decode_attention_cpu(const at::Tensor& q, const at::Tensor& kv_cache,
-                          const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                          const std::optional<at::Tensor>& sinks, std::optional<int64_t> window,
-                          double scale, const at::Tensor& out,
-                          const std::optional<at::Tensor>& k_scale,
-                          const std::optional<at::Tensor>& v_scale,
-                          const std::optional<at::Tensor>& lse) {
-  const DecodeArgs args{q,   kv_cache, block_tables, seq_lens, sinks, window,
-                        scale, out,    k_scale,      v_scale,  lse};
+void decode_attention_cpu(const DecodeArgs& args) {
   check_decode_attention_args(args);
-  if (q.size(0) == 0) return;
+  if (args.q.size(0) == 0) return;
   const DecodeParams p = params_from_tensors(args);
   check_data_contract(p);
 
@@ -285,6 +276,8 @@ void decode_attention_cpu(const at::Tensor& q, const at::Tensor& kv_cache,
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(flint, CPU, m) { m.impl("decode_attention", &decode_attention_cpu); }
+TORCH_LIBRARY_IMPL(flint, CPU, m) {
+  m.impl("decode_attention", &dispatcher_entry<&decode_attention_cpu>);
+}
 
 }  // namespace flint

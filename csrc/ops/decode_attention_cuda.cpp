@@ -108,21 +108,12 @@ void decode_attention_cuda_launch(const DecodeArgs& args, const LaunchPlan* give
 
 namespace {
 
-// The CUDA entry point: the op's parameters, spelled out for the dispatcher.
-void decode_attention_cuda(const at::Tensor& q, const at::Tensor& kv_cache,
-                           const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                           const std::optional<at::Tensor>& sinks, std::optional<int64_t> window,
-                           double scale, const at::Tensor& out,
-                           const std::optional<at::Tensor>& k_scale,
-                           const std::optional<at::Tensor>& v_scale,
-                           const std::optional<at::Tensor>& lse) {
-  decode_attention_cuda_launch(
-      {q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale, lse},
-      nullptr);
-}
+void decode_attention_cuda(const DecodeArgs& args) { decode_attention_cuda_launch(args, nullptr); }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(flint, CUDA, m) { m.impl("decode_attention", &decode_attention_cuda); }
+TORCH_LIBRARY_IMPL(flint, CUDA, m) {
+  m.impl("decode_attention", &dispatcher_entry<&decode_attention_cuda>);
+}
 
 }  // namespace flint

@@ -300,27 +300,13 @@ void check_decode_attention_args(const DecodeArgs& a) {
               "finite in float32), got ", a.scale);
 }
 
-namespace {
-
-// The Meta entry point: the op's parameters, spelled out for the dispatcher.
-void decode_attention_meta(const at::Tensor& q, const at::Tensor& kv_cache,
-                           const at::Tensor& block_tables, const at::Tensor& seq_lens,
-                           const std::optional<at::Tensor>& sinks, std::optional<int64_t> window,
-                           double scale, const at::Tensor& out,
-                           const std::optional<at::Tensor>& k_scale,
-                           const std::optional<at::Tensor>& v_scale,
-                           const std::optional<at::Tensor>& lse) {
-  check_decode_attention_args(
-      {q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, k_scale, v_scale, lse});
-}
-
-}  // namespace
-
 // The Meta kernel of flint::decode_attention is these checks and nothing else
 // (the op returns nothing and writes out in place: there is no output to
 // describe). FakeTensorMode and torch.compile run it on fake tensors, so a
 // traced call raises the real op's errors, word for word; devices, all meta
 // here, are checked by the Python wrapper (flint_attention/ops.py).
-TORCH_LIBRARY_IMPL(flint, Meta, m) { m.impl("decode_attention", &decode_attention_meta); }
+TORCH_LIBRARY_IMPL(flint, Meta, m) {
+  m.impl("decode_attention", &dispatcher_entry<&check_decode_attention_args>);
+}
 
 }  // namespace flint
