@@ -250,10 +250,7 @@ __device__ __forceinline__ void load_inputs(const DecodeParams& p, const Piece& 
   in.sink0 = sinks && 2 * t < p.group ? ptx::ld_global_f32(p.sinks + c.h * p.group + 2 * t) : neg_inf();
   in.sink1 =
       sinks && 2 * t + 1 < p.group ? ptx::ld_global_f32(p.sinks + c.h * p.group + 2 * t + 1) : neg_inf();
-  const uint16_t* q_row = q_row_of(p, c.b, c.h, g);
-#pragma unroll
-  for (int k = 0; k < 16; ++k) in.q[k] = 0u;
-  if (q_row != nullptr) Kv::load_q_words(q_row, t, in.q);
+  load_q_words_or_zeros<Kv>(q_row_of(p, c.b, c.h, g), t, in.q);
 }
 
 // The prologue's probe points as the balanced kernel's phases.

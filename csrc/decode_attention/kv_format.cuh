@@ -335,13 +335,22 @@ struct KvFp8 {
   }
 };
 
-// Lane (g, t)'s q fragment of head g (`q_row`; nullptr: a column past the
-// group, zeros) in the format's MMA type; returns the exponent e the logits
+// Lane (g, t)'s q words of head g (`q_row`; nullptr: a column past the
+// group, zeros), as they are in memory.
+template <class Kv>
+__device__ __forceinline__ void load_q_words_or_zeros(const uint16_t* q_row, int t,
+                                                      uint32_t (&w)[16]) {
+#pragma unroll
+  for (int k = 0; k < 16; ++k) w[k] = 0u;
+  if (q_row != nullptr) Kv::load_q_words(q_row, t, w);
+}
+
+// Those words in the format's MMA type; returns the exponent e the logits
 // come out 2^-e too small by.
 template <class Kv>
 __device__ __forceinline__ int load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
-  uint32_t w[16] = {};
-  if (q_row != nullptr) Kv::load_q_words(q_row, t, w);
+  uint32_t w[16];
+  load_q_words_or_zeros<Kv>(q_row, t, w);
   return Kv::prepare_q(w, q);
 }
 
