@@ -78,6 +78,33 @@ def test_variant_groups_without_sinks_with_lse(plan, group, sinks, window):
     assert (lse[finite] - ref_lse[finite]).abs().max() < 1e-4, f"{plan.name}: lse off"
 
 
+# (group, query tokens, sinks, window): a kv head's group x tokens rows go
+# through the kernels in tiles of 8, so these are 1, 2, 2 (one partly
+# filled), 5 and 16 tiles, windows shorter and longer than the draft.
+ROW_TILES = [(12, 1, True, None), (16, 1, False, 37), (4, 3, False, 2), (8, 2, True, None),
+             (5, 8, True, 5), (16, 8, False, 20)]
+
+
+@pytest.mark.parametrize("tiles", ROW_TILES, ids=lambda c: f"g{c[0]}-q{c[1]}-sinks{int(c[2])}-w{c[3]}")
+@pytest.mark.parametrize("plan", VARIANTS, ids=lambda p: p.name)
+def test_variant_row_tiles(plan, tiles):
+    # Requests shorter than the draft (tokens before position 0: zeros, the
+    # sink's lse), drafts straddling a page boundary, one long request.
+    # One kv head for 16 tiles: a forced 4-split plan over 8 requests x 2 kv
+    # heads x 16 tiles would need more merge counters than the workspace
+    # holds (a clear error; the default plans stay within it).
+    group, q_tokens, sinks, window = tiles
+    lens = [0, 1, q_tokens - 1, 17, 250, 2057, 129, 31]
+    kvh = 1 if group * q_tokens > 64 else 2
+    inp = inputs(plan, lens, kvh, window, group=group, q_tokens=q_tokens, with_sinks=sinks, with_lse=True)
+    check_twice(plan, inp, window)
+    ref_lse = reference(inp, window, DEFAULT_SCALE, return_lse=True)[1].cpu()
+    lse = inp.lse.double().cpu()
+    assert torch.equal(lse.isinf(), ref_lse.isinf()) and not lse.isnan().any(), f"{plan.name}: lse {lse} vs {ref_lse}"
+    finite = ref_lse.isfinite()
+    assert (lse[finite] - ref_lse[finite]).abs().max() < 1e-4, f"{plan.name}: lse off"
+
+
 @pytest.mark.parametrize("plan", [p for p in VARIANTS if p.kind == "balanced"], ids=lambda p: p.name)
 @pytest.mark.parametrize("window", [None, 64])
 def test_balanced_variant_many_requests(plan, window):

@@ -112,3 +112,33 @@ def test_pdl_chain_in_cuda_graph(window, kv_dtype):
         graph.replay()
         torch.cuda.synchronize()
         _check(inp, window)
+
+
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
+@pytest.mark.parametrize("window", [None, 40])
+@pytest.mark.parametrize("q_tokens,group", [(4, 8), (3, 12)])
+def test_pdl_chain_query_tokens(q_tokens, group, window, kv_dtype):
+    # Speculative decoding: each step brings q_tokens new tokens per request,
+    # whose K/V (up to two pages, the step straddling a page boundary every
+    # few steps) the writer stores after its early trigger.
+    batch, num_kv_heads = 5, 2
+    seq_lens = [int(x) for x in torch.randint(20, 900, (batch,))]
+    seq_lens[0] = 14  # the first steps cross the page boundary at 16
+    fp8 = dict(k_scale=[0.02] * num_kv_heads, v_scale=0.03) if kv_dtype == FP8 else {}
+    inp = make_paged_inputs(batch, [n + 30 * q_tokens for n in seq_lens], num_kv_heads, None, "cuda",
+                            poison=False, kv_dtype=kv_dtype, group=group, q_tokens=q_tokens, **fp8)
+    inp.seq_lens.copy_(torch.tensor(seq_lens, dtype=torch.int32))
+    for step in range(25):
+        src_q = torch.randn_like(inp.q, dtype=torch.float32).to(torch.bfloat16)
+        rows = torch.randn(batch * q_tokens, num_kv_heads, 256, device="cuda") * 3
+        src_kv = rows.clamp(-400, 400).to(kv_dtype) if kv_dtype == FP8 else rows.to(torch.bfloat16)
+        inp.seq_lens.add_(q_tokens)
+        pos = (inp.seq_lens[:, None] - q_tokens + torch.arange(q_tokens, device="cuda")).long()
+        block = inp.block_tables.gather(1, pos // 16).reshape(-1).contiguous()
+        row = (pos % 16).to(torch.int32).reshape(-1).contiguous()
+        torch.cuda.synchronize()
+        _writer()(src_q, inp.q, src_kv, inp.kv_cache, block, row, 20000)
+        _decode(inp, window)
+        torch.cuda.synchronize()
+        assert torch.equal(inp.q, src_q)
+        _check(inp, window)

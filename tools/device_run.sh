@@ -4,7 +4,9 @@
 #   bash tools/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu ncusrc demo
 #   build      the extension (pip install -e ., the system g++)
 #   smoke      tests/test_balanced.py, test_fp8.py, test_kernel_variants.py (GPU ids)
-#   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu), its log
+#   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu) over
+#              TEST_WORKERS processes (default 8; an H100's 80 GB holds fewer of
+#              tests/test_gpu.py's large cases at once), its log
 #              $OUT/$TESTS_NAME.log (default tests); on the GPU machine $OUT is set
 #              (device_out/ is only the fallback)
 #   memcheck / racecheck / synccheck   compute-sanitizer on tools/sanitize_cases.py
@@ -37,7 +39,7 @@ pytest_gpu() {  # name, limit_s, pytest args... (-v: a test's outcome is logged 
   # so a run stopped at its limit still says what passed and what failed)
   local name=$1 limit=$2; shift 2
   local t0=$(date +%s) log="$OUT/$name.log"
-  timeout "$limit" python3 -m pytest -v -p no:cacheprovider -n 8 -k "${TEST_K:-not cpu}" "$@" >"$log" 2>&1
+  timeout "$limit" python3 -m pytest -v -p no:cacheprovider -n "${TEST_WORKERS:-8}" -k "${TEST_K:-not cpu}" "$@" >"$log" 2>&1
   local rc=$? counts
   counts=$(for o in PASSED FAILED ERROR SKIPPED XFAIL; do echo -n "$o $(grep -c " $o " "$log") "; done)
   note "$name rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E '[0-9]+ (passed|failed)' "$log" | tail -1) [logged: $counts]"

@@ -45,7 +45,16 @@ CASES = [([3000, 0, 17], 4, None), ([40] * 12, 2, None), ([900, 5], 2, 128), ([5
          ([0 if i % 5 == 0 else 1 + (37 * i) % 300 for i in range(1100)], 1, 80),
          # windows too long for the short-span kernels: the full-attention
          # split rules (8-warp splits; 9-warp splits in two levels)
-         ([5000, 0, 700, 3000], 2, 1024), ([9000], 2, 4096)]
+         ([5000, 0, 700, 3000], 2, 1024), ([9000], 2, 4096),
+         # a kv head's rows in several tiles of 8 (group x query tokens): the
+         # split kernels (2 tiles), the balanced kernel (4), short-window
+         # splits (2, one partly filled) and one warp per pair (4), with
+         # requests shorter than the draft
+         ([3000, 0, 17, 2], 2, None, dict(group=12)),
+         ([40] * 11 + [3], 2, None, dict(group=8, q_tokens=4)),
+         ([900, 5, 2], 2, 128, dict(group=4, q_tokens=3)),
+         ([0 if i % 5 == 0 else 1 + (37 * i) % 300 for i in range(300)], 1, 80,
+          dict(group=16, q_tokens=2))]
 
 # synccheck's --num-cuda-barriers: 256 (the fp8 9-warp splits keep 36
 # mbarriers a CTA, more than the tool tracks by default, which fails their
@@ -126,15 +135,15 @@ def main() -> None:
     from flint_attention import flint_decode_attention  # the op's own choice of plan
 
     for kv in formats:
-        for lens, kvh, window in CASES if only is None else CASES[only:only + 1]:
+        for lens, kvh, window, *shape in CASES if only is None else CASES[only:only + 1]:
             fp8 = dict(kv_dtype=FP8, k_scale=0.02, v_scale=[0.01 + 0.01 * h for h in range(kvh)]) \
                 if kv == "fp8" else {}
-            inp = make_paged_inputs(len(lens), lens, kvh, window, "cuda", **fp8)
+            inp = make_paged_inputs(len(lens), lens, kvh, window, "cuda", **fp8, **(shape[0] if shape else {}))
             flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
                                    window, SCALE, inp.out, k_scale=inp.k_scale, v_scale=inp.v_scale)
             torch.cuda.synchronize()
             check(inp, window, f"default {kv} {lens[:8]}")
-            print(f"ok default plan {kv} batch={len(lens)} kvh={kvh} window={window}", flush=True)
+            print(f"ok default plan {kv} batch={len(lens)} kvh={kvh} window={window} {shape}", flush=True)
     print("sanitize cases done")
 
 

@@ -38,44 +38,94 @@ __device__ __forceinline__ float rescale(float m, float scale_log2, float shift)
   return m == neg_inf() ? 0.f : ptx::ex2(fmaf(m, scale_log2, -shift));
 }
 
-// The softmax finished with the sink term, what multiplies a head's summed
+// The softmax finished with the sink term, what multiplies a row's summed
 // V P: v / (l + 2^(sink log2(e) - m c)), with v = v_scale (1 for bf16), l the
 // row sum relative to the max m, m_scaled = m c (c: the logits' scale x
 // log2(e)) and sink_log2 = sink x log2(e). The sink weighs against the same
-// max as the tokens, so it needs no rescaling of its own.
+// max as the tokens, so it needs no rescaling of its own. A row that attends
+// nothing (a query token before position 0) outputs 0: without a sink its
+// l + 2^(sink - m c) would be 0 / 0.
 __device__ __forceinline__ float normalize_with_sink(float v, float l, float sink_log2,
-                                                     float m_scaled) {
-  return v / (l + ptx::ex2(sink_log2 - m_scaled));
+                                                     float m_scaled, bool attends) {
+  return attends ? v / (l + ptx::ex2(sink_log2 - m_scaled)) : 0.f;
 }
 
-// A kv head's query heads are the MMA's n = 8 columns: column j is query head
-// kvh x G + j for j < G = p.group, read at run time (1 to 8 in these
-// kernels). A column j >= G holds a zero query; nothing of it is stored, and
-// its q row and sink are never read (they do not exist).
-__device__ __forceinline__ const uint16_t* q_row_of(const DecodeParams& p, int b, int kvh, int j) {
-  return j < p.group ? p.q + b * p.q_stride_b + (kvh * p.group + j) * p.q_stride_h : nullptr;
+// ---- row tiles and their columns -----------------------------------------------
+// The kernels divide tiles (DecodeParams::tiles): tile u is row tile u %
+// row_tiles of kv head u / row_tiles. Its column j (< 8) is its kv head's query row r =
+// 8 (u % row_tiles) + j: query token r / G, query head r % G of the group (G
+// = p.group). A column past the Q x G rows holds a zero query; nothing of it
+// is stored, and its q row and sink are never read (they do not exist).
+__device__ __forceinline__ int kv_head_of_tile(const DecodeParams& p, int u) {
+  return u / p.row_tiles;
 }
 
-// Query head j of kv head kvh's output row (only for j < G).
-__device__ __forceinline__ uint16_t* out_row_of(const DecodeParams& p, int b, int kvh, int j) {
-  return p.out + b * p.out_stride_b + (kvh * p.group + j) * p.out_stride_h;
+__device__ __forceinline__ int row_of(const DecodeParams& p, int u, int j) {
+  return (u % p.row_tiles) * kRowTile + j;
 }
 
-// Column j's sink x log2(e): -inf (no sink) without sinks and past the group.
-__device__ __forceinline__ float sink_log2_of(const DecodeParams& p, int kvh, int j) {
-  return p.sinks != nullptr && j < p.group ? p.sinks[kvh * p.group + j] * kLog2eF : neg_inf();
+__device__ __forceinline__ bool has_row(const DecodeParams& p, int u, int j) {
+  return row_of(p, u, j) < p.group * p.q_tokens;
+}
+
+// Column j's query head, an index into the call's heads.
+__device__ __forceinline__ int head_of(const DecodeParams& p, int u, int j) {
+  return kv_head_of_tile(p, u) * p.group + row_of(p, u, j) % p.group;
+}
+
+__device__ __forceinline__ const uint16_t* q_row_of(const DecodeParams& p, int b, int u, int j) {
+  return has_row(p, u, j) ? p.q + b * p.q_stride_b + row_of(p, u, j) / p.group * p.q_stride_t +
+                                head_of(p, u, j) * p.q_stride_h
+                          : nullptr;
+}
+
+// Column j's output row; nullptr past the rows.
+__device__ __forceinline__ uint16_t* out_row_of(const DecodeParams& p, int b, int u, int j) {
+  return has_row(p, u, j) ? p.out + b * p.out_stride_b + row_of(p, u, j) / p.group * p.out_stride_t +
+                                head_of(p, u, j) * p.out_stride_h
+                          : nullptr;
+}
+
+// Column j's sink x log2(e): -inf (no sink) without sinks and past the rows.
+__device__ __forceinline__ float sink_log2_of(const DecodeParams& p, int u, int j) {
+  return p.sinks != nullptr && has_row(p, u, j) ? p.sinks[head_of(p, u, j)] * kLog2eF : neg_inf();
+}
+
+// The end (exclusive) of the positions column j attends, for a request of
+// seq_len tokens (clamped: seq_extent): its query token i sits at position
+// seq_len - Q + i. <= 0 where it attends nothing (a token before position 0,
+// or no row).
+__device__ __forceinline__ int column_end(const DecodeParams& p, int seq_len, int u, int j) {
+  return has_row(p, u, j) ? seq_len - p.q_tokens + 1 + row_of(p, u, j) / p.group : 0;
+}
+
+// The positions [lo[e], hi[e]) that lane (g, t)'s columns 2t + e attend: the
+// window (if any) before each query token's own position.
+struct ColumnSpans {
+  int lo[2], hi[2];
+};
+__device__ __forceinline__ ColumnSpans column_spans(const DecodeParams& p, int seq_len, int u,
+                                                    int t) {
+  ColumnSpans c;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    c.hi[e] = column_end(p, seq_len, u, 2 * t + e);
+    c.lo[e] = p.window > 0 ? c.hi[e] - p.window : 0;
+  }
+  return c;
 }
 
 // Column j's log-sum-exp, when the call asks for it: ln 2 x (m c + log2(l +
 // 2^(sink log2(e) - m c))), the natural log of the denominator that
 // normalize_with_sink divides by; where m c is -inf (no position, or every
 // logit -inf) only the sink is left (-inf without one).
-__device__ __forceinline__ void store_lse(const DecodeParams& p, int b, int kvh, int j, float l,
+__device__ __forceinline__ void store_lse(const DecodeParams& p, int b, int u, int j, float l,
                                           float sink_log2, float m_scaled) {
-  if (p.lse == nullptr || j >= p.group) return;
+  if (p.lse == nullptr || !has_row(p, u, j)) return;
   const float lse2 =
       m_scaled == neg_inf() ? sink_log2 : m_scaled + ptx::lg2(l + ptx::ex2(sink_log2 - m_scaled));
-  p.lse[b * p.lse_stride_b + (kvh * p.group + j) * p.lse_stride_h] = lse2 * kLn2F;
+  p.lse[b * p.lse_stride_b + row_of(p, u, j) / p.group * p.lse_stride_t +
+        head_of(p, u, j) * p.lse_stride_h] = lse2 * kLn2F;
 }
 
 // One chunk of partials into the running sums of one head's dims: o += w_c O_c,
@@ -103,14 +153,14 @@ template <int E>
 __device__ __forceinline__ void store_global_partial(const DecodeParams& p, int64_t row,
                                                      const float (&o)[E], float m, float l, int eh,
                                                      int ed) {
-  float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+  float* po = p.part_o + row * (kRowTile * kHeadDim) + eh * kHeadDim + ed;
 #pragma unroll
   for (int e = 0; e < E; e += 4)
     ptx::st_global_u32x4(po + e, __float_as_uint(o[e]), __float_as_uint(o[e + 1]),
                          __float_as_uint(o[e + 2]), __float_as_uint(o[e + 3]));
   if (ed == 0) {
-    p.part_ml[row * 2 * kGqa + eh] = m;
-    p.part_ml[row * 2 * kGqa + kGqa + eh] = l;
+    p.part_ml[row * 2 * kRowTile + eh] = m;
+    p.part_ml[row * 2 * kRowTile + kRowTile + eh] = l;
   }
 }
 

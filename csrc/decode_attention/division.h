@@ -17,26 +17,28 @@
 
 namespace flint {
 
-// One request's attended span: tokens [start_tok, seq_len), pages start_page
-// + k for k < num_pages (num_pages <= 0: nothing to attend). An
-// out-of-contract length is clamped so that no read leaves the block table or
-// the cache.
+// One request's attended span, the union of its query tokens' spans: tokens
+// [start_tok, seq_len), pages start_page + k for k < num_pages (num_pages <=
+// 0: nothing to attend). Its first query token sits at seq_len - q_tokens
+// and its window reaches back to start_tok. An out-of-contract length is
+// clamped so that no read leaves the block table or the cache.
 struct SeqExtent {
   int seq_len, start_tok, start_page, num_pages;
 };
 
-FLINT_HOST_DEVICE SeqExtent seq_extent(int raw_len, int window, int max_blocks) {
+FLINT_HOST_DEVICE SeqExtent seq_extent(int raw_len, int window, int q_tokens, int max_blocks) {
   SeqExtent e;
   const int max_len = max_blocks * kPageTokens;
   e.seq_len = raw_len < 0 ? 0 : raw_len > max_len ? max_len : raw_len;
-  e.start_tok = window > 0 && e.seq_len > window ? e.seq_len - window : 0;
+  const int first_end = e.seq_len - q_tokens + 1;  // the first query token's span's end
+  e.start_tok = window > 0 && first_end > window ? first_end - window : 0;
   e.start_page = e.start_tok / kPageTokens;
   e.num_pages = (e.seq_len + kPageTokens - 1) / kPageTokens - e.start_page;
   return e;
 }
 
 FLINT_HOST_DEVICE SeqExtent seq_extent(const DecodeParams& p, int raw_len) {
-  return seq_extent(raw_len, p.window, p.max_blocks);
+  return seq_extent(raw_len, p.window, p.q_tokens, p.max_blocks);
 }
 
 // The division counts in units: segment (b, h) -- request b, kv head h --

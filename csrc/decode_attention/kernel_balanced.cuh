@@ -1,8 +1,8 @@
 // Paged decode attention, the work divided by pages on the device.
 //
-// The batch is one sequence of units: segment (b, h) -- request b, kv head h --
-// is u_b = c + n_b units, a piece's fixed cost c (division.h) and then one
-// unit per attended page of request b (u_b = 0 without pages), segments in
+// The batch is one sequence of units: segment (b, h) -- request b, tile h, a
+// row tile of a kv head (common.cuh) -- is u_b = c + n_b units, a piece's
+// fixed cost c (division.h) and then one unit per attended page of request b (u_b = 0 without pages), segments in
 // order b-major, so (b, h) starts at unit H U_b + h u_b with U_b =
 // sum_{b' < b} u_b'. A persistent grid of one wave (launch_plan.cpp) gives
 // each warp an equal share of that sequence, `per_warp` consecutive units, and
@@ -44,10 +44,11 @@ namespace detail {
 // merges read no global memory before their loads of partials).
 struct PieceRecord {
   int b, h, n;         // segment (b, h) of n pages; b < 0: no record
+  int seq_len;         // request b's (clamped: seq_extent)
   int64_t seg_begin;   // the unit of its first page in the batch's sequence
   float scale_log2;    // softmax scale x log2(e) (x k_scale)
   float v_scale;
-  float sink_log2[kGqa];  // sinks x log2(e)
+  float sink_log2[kRowTile];  // sinks x log2(e)
 };
 
 // Where warp w of this CTA starts: request b, with units_before = U_b.
@@ -126,21 +127,23 @@ __device__ __forceinline__ RequestBlock<kPer> scan_block(const DecodeParams& p, 
   return r;
 }
 
-// out = v_scale O / (l + 2^(sink log2(e) - m c)) for head eh of segment r
-// (and its lse), where eh is a head of the group.
+// out = v_scale O / (l + 2^(sink log2(e) - m c)) for column eh of segment r
+// (and its lse), where the column has a query row.
 template <int E>
 __device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord& r,
                                        const float (&o)[E], float m, float l, int eh, int ed) {
-  if (eh >= p.group) return;
+  uint16_t* const row = out_row_of(p, r.b, r.h, eh);
+  if (row == nullptr) return;
   const float m_scaled = m * r.scale_log2;
-  store_out<E>(out_row_of(p, r.b, r.h, eh) + ed, o,
-               normalize_with_sink(r.v_scale, l, r.sink_log2[eh], m_scaled));
+  store_out<E>(row + ed, o,
+               normalize_with_sink(r.v_scale, l, r.sink_log2[eh], m_scaled,
+                                   column_end(p, r.seq_len, r.h, eh) > 0));
   if (ed == 0) store_lse(p, r.b, r.h, eh, l, r.sink_log2[eh], m_scaled);
 }
 
 // Who a thread is: its warp and lane (g = lane / 4, t = lane % 4), the dims
 // [ed, ed + E) of head eh it owns in the merges, and the CTA's place in the
-// grid (H: the kv heads, each request's segments).
+// grid (H: the tiles of a request, each request's segments).
 struct Place {
   int tid, warp, lane, g, t, eh, ed, H, cta, grid;
 };
@@ -232,7 +235,7 @@ __device__ __forceinline__ Piece first_piece(const DecodeParams& p, const WarpSt
   return cur;
 }
 
-// A segment's k_scale, v_scale, the sinks of lane (g, t)'s heads 2t, 2t + 1
+// A segment's k_scale, v_scale, the sinks of lane (g, t)'s columns 2t, 2t + 1
 // and its q words.
 struct SegmentInputs {
   float k_scale, v_scale, sink0, sink1;
@@ -244,12 +247,15 @@ struct SegmentInputs {
 template <class Kv>
 __device__ __forceinline__ void load_inputs(const DecodeParams& p, const Piece& c, int g, int t,
                                             SegmentInputs& in) {
-  in.k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * c.h) : 1.f;
-  in.v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * c.h) : 1.f;
+  const int kvh = kv_head_of_tile(p, c.h);
+  in.k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * kvh) : 1.f;
+  in.v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * kvh) : 1.f;
   const bool sinks = p.sinks != nullptr;
-  in.sink0 = sinks && 2 * t < p.group ? ptx::ld_global_f32(p.sinks + c.h * p.group + 2 * t) : neg_inf();
-  in.sink1 =
-      sinks && 2 * t + 1 < p.group ? ptx::ld_global_f32(p.sinks + c.h * p.group + 2 * t + 1) : neg_inf();
+  in.sink0 = sinks && has_row(p, c.h, 2 * t) ? ptx::ld_global_f32(p.sinks + head_of(p, c.h, 2 * t))
+                                             : neg_inf();
+  in.sink1 = sinks && has_row(p, c.h, 2 * t + 1)
+                 ? ptx::ld_global_f32(p.sinks + head_of(p, c.h, 2 * t + 1))
+                 : neg_inf();
   load_q_words_or_zeros<Kv>(q_row_of(p, c.b, c.h, g), t, in.q);
 }
 
@@ -279,11 +285,12 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
   const int64_t stride_head = p.kv_stride_head * Kv::kElemBytes;
   auto span_of = [&](const Piece& c, int ring_base) {
     return PageSpan{p.block_tables + c.b * p.bt_stride_b + c.e.start_page + c.off,
-                    kv + c.h * stride_head, stride_block, &p.kv_map, c.h, p.num_blocks,
+                    kv + kv_head_of_tile(p, c.h) * stride_head, stride_block, &p.kv_map,
+                    kv_head_of_tile(p, c.h), p.num_blocks,
                     c.e.start_page + c.off, c.count, ring_base, c.e.start_tok, c.e.seq_len, 1};
   };
   // The piece after `c` in this share, if any: the next segment's pages
-  // (the next kv head, or the next request with pages) before x1.
+  // (the next tile, or the next request with pages) before x1.
   auto next_piece = [&](const Piece& c) {
     Piece n = c;
     n.off = 0;
@@ -309,7 +316,7 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
 
   // ---- prefetch, wait on the previous kernel --------------------------------
   BalancedPrologueProbe<Probe> prologue_probe{probe};
-  pdl_prologue(ring, span, ids.cur, (cur.e.seq_len - 1) / kPageTokens, false, lane,
+  pdl_prologue(ring, span, ids.cur, first_new_page(p, cur.e.seq_len), false, lane,
                &prologue_probe, [] {});
 
   // ---- the producer: the ring's next position and the page it takes ---------
@@ -376,15 +383,17 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
 
     WarpState st;
     probe.lap(kPieceSetup);
-    stream_piece(ring, span, fill_to, q, cur.e.start_tok, cur.e.seq_len, scale_log2, g, t,
-                 refill_after_wait, st, probe);
+    stream_piece(ring, span, fill_to, q, column_spans(p, cur.e.seq_len, cur.h, t), scale_log2, g,
+                 t, refill_after_wait, st, probe);
 
     if (cur.off == 0 && cur.count == cur.e.num_pages) {
       // ---- a whole segment: normalize with the sink term and store --------
-      const float inv0 = normalize_with_sink(v_scale, st.l[0], sink0, st.m[0] * scale_log2);
-      const float inv1 = normalize_with_sink(v_scale, st.l[1], sink1, st.m[1] * scale_log2);
-      store_warp_out<Kv>(out_row_of(p, cur.b, cur.h, 0), p.out_stride_h, st.o, inv0, inv1, g, t,
-                         p.group);
+      const float inv0 = normalize_with_sink(v_scale, st.l[0], sink0, st.m[0] * scale_log2,
+                                             column_end(p, cur.e.seq_len, cur.h, 2 * t) > 0);
+      const float inv1 = normalize_with_sink(v_scale, st.l[1], sink1, st.m[1] * scale_log2,
+                                             column_end(p, cur.e.seq_len, cur.h, 2 * t + 1) > 0);
+      store_warp_out<Kv>(out_row_of(p, cur.b, cur.h, 2 * t), out_row_of(p, cur.b, cur.h, 2 * t + 1),
+                         st.o, inv0, inv1, g, t);
       if (g == 0) {
         store_lse(p, cur.b, cur.h, 2 * t, st.l[0], sink0, st.m[0] * scale_log2);
         store_lse(p, cur.b, cur.h, 2 * t + 1, st.l[1], sink1, st.m[1] * scale_log2);
@@ -402,6 +411,7 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
         r.b = cur.b;
         r.h = cur.h;
         r.n = cur.e.num_pages;
+        r.seq_len = cur.e.seq_len;
         r.seg_begin = cur.seg_begin;
         r.scale_log2 = scale_log2;
         r.v_scale = v_scale;
@@ -423,17 +433,19 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
 // first page), and gives their lse the sinks.
 template <int kThreads>
 __device__ __forceinline__ void zero_empty_requests(const DecodeParams& p, const Place& at) {
-  const int tid = at.tid, heads = at.H * p.group;
+  constexpr int kChunks = kHeadDim / 8;  // 16-byte stores a row
+  const int tid = at.tid, columns = at.H * kRowTile;
   for (int b = at.cta; b < p.batch; b += at.grid) {
     if (seq_extent(p, p.seq_lens[b]).num_pages > 0) continue;
-    uint16_t* row0 = p.out + b * p.out_stride_b;
-    for (int i = tid; i < heads * (kHeadDim / 8); i += kThreads)
-      ptx::st_global_u32x4(row0 + (i / (kHeadDim / 8)) * p.out_stride_h + (i % (kHeadDim / 8)) * 8,
-                           0u, 0u, 0u, 0u);
+    for (int i = tid; i < columns * kChunks; i += kThreads) {
+      const int c = i / kChunks;
+      uint16_t* const row = out_row_of(p, b, c / kRowTile, c % kRowTile);
+      if (row != nullptr) ptx::st_global_u32x4(row + (i % kChunks) * 8, 0u, 0u, 0u, 0u);
+    }
     if (p.lse != nullptr) {
-      for (int h = tid; h < heads; h += kThreads)
-        store_lse(p, b, h / p.group, h % p.group, 0.f, sink_log2_of(p, h / p.group, h % p.group),
-                  neg_inf());
+      for (int c = tid; c < columns; c += kThreads)
+        store_lse(p, b, c / kRowTile, c % kRowTile, 0.f,
+                  sink_log2_of(p, c / kRowTile, c % kRowTile), neg_inf());
     }
   }
 }
@@ -615,7 +627,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   static_assert(sizeof(Smem) <= hopper::kMaxSmemPerCta, "fits one CTA's shared memory");
   constexpr int kThreads = 32 * kWarps;
   // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
-  constexpr int E = kGqa * kHeadDim / kThreads;
+  constexpr int E = kRowTile * kHeadDim / kThreads;
   constexpr int kThreadsPerHead = kHeadDim / E;
   static_assert(E == 4 || E == 8, "4 or 8 warps");
 
@@ -624,7 +636,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
   const int eh = tid / kThreadsPerHead, ed = (tid % kThreadsPerHead) * E;
-  const Place at{tid, warp, lane, g, t, eh, ed, p.num_kv_heads, int(blockIdx.x), int(gridDim.x)};
+  const Place at{tid, warp, lane, g, t, eh, ed, p.tiles, int(blockIdx.x), int(gridDim.x)};
   if (tid == 0) Kv::prefetch_map(&p.kv_map);
   probe.at(kEntered);
 

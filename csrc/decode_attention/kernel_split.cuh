@@ -1,15 +1,16 @@
 // Split-KV paged decode attention for Hopper (sm_90a), bf16 or fp8 cache (Kv).
 //
-// Grid (splits, kv heads, batch); 32 x kWarps threads per CTA. The splits x
-// batch CTAs of a kv head are divided among its requests by their lengths
-// (cta_share; a cluster's ranks are its request's splits), and the attended
-// pages of one (request, kv head) are interleaved over all warps of its
-// active splits. Each warp streams whole pages (16 tokens x [K | V]) through a
-// private ring of kStages shared-memory slots filled by bulk copies, and runs
-// S^T = K Q^T and O^T += V^T P^T on the tensor cores with the 8 query heads of
-// the GQA group as the n = 8 dimension. The warps of a CTA merge through
-// shared memory; several splits merge either in the last warp to arrive for
-// each head (fp32 partials in a global workspace) or, with kClusterSplits > 0,
+// Grid (splits, tiles, batch); 32 x kWarps threads per CTA. A tile is a row
+// tile of a kv head (common.cuh). The splits x batch CTAs of a tile are
+// divided among its requests by their lengths (cta_share; a cluster's ranks
+// are its request's splits), and the attended pages of one (request, tile)
+// are interleaved over all warps of its active splits. Each warp streams
+// whole pages (16 tokens x [K | V]) through a private ring of kStages
+// shared-memory slots filled by bulk copies, and runs S^T = K Q^T and O^T +=
+// V^T P^T on the tensor cores with the tile's 8 query rows as the n = 8
+// dimension. The warps of a CTA merge through shared memory; several splits
+// merge either in the last warp to arrive for each column (fp32 partials in a
+// global workspace) or, with kClusterSplits > 0,
 // through the distributed shared memory of a thread-block cluster.
 #pragma once
 
@@ -34,8 +35,8 @@ namespace flint {
 
 namespace detail {
 
-// Which request of the batch, and which of its splits, a CTA of one kv head
-// takes. The kv head's CTAs (at most `active` of them streaming: one wave)
+// Which request of the batch, and which of its splits, a CTA of one tile
+// takes. The tile's CTAs (at most `active` of them streaming: one wave)
 // are divided among the requests on the device, from their actual lengths:
 // one each, and the rest in proportion to each request's share of the
 // batch's attended pages (rounded down), so that a long request among short
@@ -87,14 +88,14 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   // splits and CTAs give each warp the same pages). Thread tid < 32
   // kMergeWarps owns E consecutive dims [ed, ed + E) of head eh.
   constexpr int kMergeWarps = kWarps < 8 ? kWarps : 8;
-  constexpr int E = kGqa * kHeadDim / (32 * kMergeWarps);
+  constexpr int E = kRowTile * kHeadDim / (32 * kMergeWarps);
   constexpr int kThreadsPerHead = kHeadDim / E;
 
   extern __shared__ __align__(1024) uint8_t smem[];  // fp8 ring slots: KvFp8::kSlotAlign
   using Smem = SplitSmem<Kv, kWarps, kStages, kClusterSplits>;
   static_assert(sizeof(Smem) <= hopper::kMaxSmemPerCta, "fits one CTA's shared memory");
   auto& sm = *reinterpret_cast<Smem*>(smem);
-  const int kvh = blockIdx.y;
+  const int u = blockIdx.y;  // the tile: a row tile of a kv head
   const int max_splits = gridDim.x;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane >> 2, t = lane & 3;
@@ -108,7 +109,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   // kernel this one overlaps with.
   // A cluster's ranks are its request's splits (blockIdx.x); one split per
   // request leaves nothing to divide. Otherwise cta_share from the lengths.
-  // Workspace partials: row kvh x (CTAs of a kv head) + CTA.
+  // Workspace partials: row u x (CTAs of a tile) + CTA.
   int b = blockIdx.z, split = blockIdx.x, first_cta = b * max_splits;
   int cap = min(max_splits, p.max_active_splits);
   if constexpr (kClusterSplits == 0) {
@@ -121,21 +122,22 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
       first_cta = share.first;
     }
   }
-  const int64_t partial_row0 = int64_t(kvh) * max_splits * p.batch + first_cta;
+  const int64_t partial_row0 = int64_t(u) * max_splits * p.batch + first_cta;
   const int eh = merges ? tid / kThreadsPerHead : 0, ed = (tid % kThreadsPerHead) * E;
-  const int bh = b * p.num_kv_heads + kvh;
-  // Thread (eh, ed) stores head eh's dims where eh is a head of the group.
-  const bool stores = merges && eh < p.group;
-  uint16_t* out_row = out_row_of(p, b, kvh, eh);
+  const int bh = b * p.tiles + u;
+  // Thread (eh, ed) stores column eh's dims where it has a query row.
+  uint16_t* out_row = out_row_of(p, b, u, eh);
+  const bool stores = merges && out_row != nullptr;
   // NOTE: sinks are weights, never written by the kernel this one overlaps
   // with: read them first so that the epilogue never waits on a global load.
-  const float sink_scaled = sink_log2_of(p, kvh, eh);
+  const float sink_scaled = sink_log2_of(p, u, eh);
   const float cluster_sink_scaled =
-      kClusterSplits > 0 ? sink_log2_of(p, kvh, cluster_merge_head<kWarps, kClusterSplits>(tid))
+      kClusterSplits > 0 ? sink_log2_of(p, u, cluster_merge_head<kWarps, kClusterSplits>(tid))
                          : 0.f;
 
   // ---- sequence extent ---------------------------------------------------
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
+  const bool attends = column_end(p, seq_len, u, eh) > 0;  // column eh's query token
   // A split is active when each of its warps gets at least min_pages pages and
   // it is one of the request's `cap` CTAs (one wave in all, see cta_share),
   // and of those only as many as give each warp the same largest number of pages: the SMs left
@@ -158,7 +160,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
     if (split == 0 && stores) {
       float zeros[E] = {};
       store_out<E>(out_row + ed, zeros, 0.f);
-      if (ed == 0) store_lse(p, b, kvh, eh, 0.f, sink_scaled, neg_inf());
+      if (ed == 0) store_lse(p, b, u, eh, 0.f, sink_scaled, neg_inf());
     }
     return;
   }
@@ -170,10 +172,10 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   const int gw = split * stream_warps + warp;
   const int n_pages = warp < stream_warps ? interleaved_pages(num_pages, gw, warps_total) : 0;
   const PageSpan span{p.block_tables + b * p.bt_stride_b + start_page + gw,
-                      kv_head_of<Kv>(p, kvh),
+                      kv_head_of<Kv>(p, u),
                       p.kv_stride_block * Kv::kElemBytes,
                       &p.kv_map,
-                      kvh,
+                      kv_head_of_tile(p, u),
                       p.num_blocks,
                       start_page + gw,
                       n_pages,
@@ -192,9 +194,8 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
 
   // ---- prefetch, wait on the previous kernel, stream pages -------------------
   WarpState st;
-  const HeadScales sc = wait_then_stream<Kv, kStages>(p, ring, span, ids, b, kvh, start_tok,
-                                                      seq_len, g, t, lane, st, false, nullptr,
-                                                      &probe);
+  const HeadScales sc =
+      wait_then_stream<Kv, kStages>(p, ring, span, ids, b, u, g, t, lane, st, false, nullptr, &probe);
   probe.at(kSplitStreamed);
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
@@ -227,13 +228,14 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   if constexpr (kClusterSplits > 0) {
     // ---- merge the splits of the cluster ------------------------------------
     cluster_merge<kWarps, kClusterSplits>(p, reinterpret_cast<uint8_t*>(sm.cluster), split, b,
-                                          kvh, tid, eh, ed, o, m_cta, l_cta, cluster_sink_scaled,
+                                          u, seq_len, tid, eh, ed, o, m_cta, l_cta, cluster_sink_scaled,
                                           sc.logits_log2, sc.out);
     probe.at(kSplitCtaMerged);
   } else if (num_splits == 1) {
     if (stores) {
-      store_out<E>(out_row + ed, o, normalize_with_sink(sc.out, l_cta, sink_scaled, m_cta_scaled));
-      if (ed == 0) store_lse(p, b, kvh, eh, l_cta, sink_scaled, m_cta_scaled);
+      store_out<E>(out_row + ed, o,
+                   normalize_with_sink(sc.out, l_cta, sink_scaled, m_cta_scaled, attends));
+      if (ed == 0) store_lse(p, b, u, eh, l_cta, sink_scaled, m_cta_scaled);
     }
     probe.at(kSplitCtaMerged);
   } else {
@@ -252,7 +254,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
     const int leader = split / group * group;
     int* const pair_counter = p.counters + int64_t(bh) * kMergeWarps + warp;
     int* const counter =
-        two_levels ? p.counters + (int64_t(p.batch) * p.num_kv_heads + partial_row0 + leader) *
+        two_levels ? p.counters + (int64_t(p.batch) * p.tiles + partial_row0 + leader) *
                                       kMergeWarps + warp
                    : pair_counter;
     // One copy of the merge for both levels (the merging warp fetches its
@@ -270,8 +272,9 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
                       o, m, l);
       if (last_level) {
         if (stores) {
-          store_out<E>(out_row + ed, o, normalize_with_sink(sc.out, l, sink_scaled, m * sc.logits_log2));
-          if (ed == 0) store_lse(p, b, kvh, eh, l, sink_scaled, m * sc.logits_log2);
+          store_out<E>(out_row + ed, o,
+                       normalize_with_sink(sc.out, l, sink_scaled, m * sc.logits_log2, attends));
+          if (ed == 0) store_lse(p, b, u, eh, l, sink_scaled, m * sc.logits_log2);
         }
         probe.at(kSplitFinished);
         return;

@@ -30,16 +30,16 @@ namespace flint {
 
 namespace detail {
 
-// One (request, kv head) pair and its attended span (seq_extent). seq_len is
+// One (request, tile) pair and its attended span (seq_extent). seq_len is
 // read before griddepcontrol.wait (see kernel_split.cuh).
 struct PairSpan {
-  int b, kvh, seq_len, start_tok, start_page, num_pages;
+  int b, u, seq_len, start_tok, start_page, num_pages;
 };
 
 __device__ __forceinline__ PairSpan pair_span(const DecodeParams& p, int pair, int raw_len) {
-  const int b = pair / p.num_kv_heads, kvh = pair % p.num_kv_heads;
+  const int b = pair / p.tiles, u = pair % p.tiles;
   const SeqExtent e = seq_extent(p, raw_len);
-  return {b, kvh, e.seq_len, e.start_tok, e.start_page, e.num_pages};
+  return {b, u, e.seq_len, e.start_tok, e.start_page, e.num_pages};
 }
 
 // The pair's pages, page k at ring position ring_base + k.
@@ -47,10 +47,10 @@ template <class Kv>
 __device__ __forceinline__ PageSpan pair_pages(const DecodeParams& p, const PairSpan& s,
                                                int ring_base) {
   return PageSpan{p.block_tables + s.b * p.bt_stride_b + s.start_page,
-                  kv_head_of<Kv>(p, s.kvh),
+                  kv_head_of<Kv>(p, s.u),
                   p.kv_stride_block * Kv::kElemBytes,
                   &p.kv_map,
-                  s.kvh,
+                  kv_head_of_tile(p, s.u),
                   p.num_blocks,
                   s.start_page,
                   s.num_pages,
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   auto& sm = *reinterpret_cast<Smem*>(smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
-  const int num_pairs = p.batch * p.num_kv_heads;
+  const int num_pairs = p.batch * p.tiles;
   // NOTE: a warp without a pair leaves at once; nothing below is CTA-wide.
   const int first = blockIdx.x + warp * gridDim.x;
   if (first >= num_pairs) return;
@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   // one pair earlier still), and the slots the stream frees last take the
   // next pair's leading pages: the ring does not drain between pairs.
   const int stride = gridDim.x * kWarps;
-  PairSpan cur = pair_span(p, first, p.seq_lens[first / p.num_kv_heads]);
-  int len_after = first + stride < num_pairs ? p.seq_lens[(first + stride) / p.num_kv_heads] : 0;
+  PairSpan cur = pair_span(p, first, p.seq_lens[first / p.tiles]);
+  int len_after = first + stride < num_pairs ? p.seq_lens[(first + stride) / p.tiles] : 0;
   int ring_base = 0, carried_bt = 0;
   bool leading_issued = false;
   for (int pair = first; pair < num_pairs; pair += stride) {
@@ -100,20 +100,21 @@ __global__ void __launch_bounds__(32 * kWarps)
     if (pair + stride < num_pairs) {
       next = pair_span(p, pair + stride, len_after);
       if (pair + 2 * stride < num_pairs)
-        len_after = p.seq_lens[(pair + 2 * stride) / p.num_kv_heads];
+        len_after = p.seq_lens[(pair + 2 * stride) / p.tiles];
     }
-    uint16_t* out_kv_head = out_row_of(p, cur.b, cur.kvh, 0);
+    uint16_t* const out0 = out_row_of(p, cur.b, cur.u, 2 * t);
+    uint16_t* const out1 = out_row_of(p, cur.b, cur.u, 2 * t + 1);
     // Sinks are weights, never written by the previous kernel: read them first.
-    const float sink0 = sink_log2_of(p, cur.kvh, 2 * t);
-    const float sink1 = sink_log2_of(p, cur.kvh, 2 * t + 1);
+    const float sink0 = sink_log2_of(p, cur.u, 2 * t);
+    const float sink1 = sink_log2_of(p, cur.u, 2 * t + 1);
 
     if (cur.num_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
       const float zeros[32] = {};
-      store_warp_out<Kv>(out_kv_head, p.out_stride_h, zeros, 0.f, 0.f, g, t, p.group);
+      store_warp_out<Kv>(out0, out1, zeros, 0.f, 0.f, g, t);
       if (g == 0) {
-        store_lse(p, cur.b, cur.kvh, 2 * t, 0.f, sink0, neg_inf());
-        store_lse(p, cur.b, cur.kvh, 2 * t + 1, 0.f, sink1, neg_inf());
+        store_lse(p, cur.b, cur.u, 2 * t, 0.f, sink0, neg_inf());
+        store_lse(p, cur.b, cur.u, 2 * t + 1, 0.f, sink1, neg_inf());
       }
       cur = next;
       leading_issued = false;
@@ -137,16 +138,17 @@ __global__ void __launch_bounds__(32 * kWarps)
     // (after the first pair, griddepcontrol.wait returns at once.)
     WarpState st;
     const HeadScales sc = wait_then_stream<Kv, kStages, true>(
-        p, ring, span, ids, cur.b, cur.kvh, cur.start_tok, cur.seq_len, g, t, lane, st,
-        leading_issued, &after);
+        p, ring, span, ids, cur.b, cur.u, g, t, lane, st, leading_issued, &after);
 
     // ---- normalize with the sink term and store ------------------------------
-    const float inv0 = normalize_with_sink(sc.out, st.l[0], sink0, st.m[0] * sc.logits_log2);
-    const float inv1 = normalize_with_sink(sc.out, st.l[1], sink1, st.m[1] * sc.logits_log2);
-    store_warp_out<Kv>(out_kv_head, p.out_stride_h, st.o, inv0, inv1, g, t, p.group);
+    const float inv0 = normalize_with_sink(sc.out, st.l[0], sink0, st.m[0] * sc.logits_log2,
+                                           column_end(p, cur.seq_len, cur.u, 2 * t) > 0);
+    const float inv1 = normalize_with_sink(sc.out, st.l[1], sink1, st.m[1] * sc.logits_log2,
+                                           column_end(p, cur.seq_len, cur.u, 2 * t + 1) > 0);
+    store_warp_out<Kv>(out0, out1, st.o, inv0, inv1, g, t);
     if (g == 0) {
-      store_lse(p, cur.b, cur.kvh, 2 * t, st.l[0], sink0, st.m[0] * sc.logits_log2);
-      store_lse(p, cur.b, cur.kvh, 2 * t + 1, st.l[1], sink1, st.m[1] * sc.logits_log2);
+      store_lse(p, cur.b, cur.u, 2 * t, st.l[0], sink0, st.m[0] * sc.logits_log2);
+      store_lse(p, cur.b, cur.u, 2 * t + 1, st.l[1], sink1, st.m[1] * sc.logits_log2);
     }
     ring_base += cur.num_pages;
     cur = next;

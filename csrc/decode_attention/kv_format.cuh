@@ -128,7 +128,7 @@ struct KvBf16 {
     a[3] = ptx::prmt(vc, vd, 0x7632u);
   }
 
-  // Lane (g, t)'s q words of head g (`q_row`), as they are in memory:
+  // Lane (g, t)'s q words of column g (`q_row`), as they are in memory:
   // dims 32i + 8t .. + 7 at w[4i .. 4i + 3].
   __device__ __forceinline__ static void load_q_words(const uint16_t* q_row, int t,
                                                       uint32_t (&w)[16]) {
@@ -189,7 +189,7 @@ struct KvBf16 {
 //
 // The MMAs run on fp16: K and V are converted exactly (every e4m3 value is an
 // fp16 value, one cvt per pair), P is rounded to fp16 (not bf16) for P V, and
-// q to fp16 after scaling the kv head's 8 query heads by 2^-e, the power of two
+// q to fp16 after scaling the tile's 8 query rows by 2^-e, the power of two
 // that brings their largest |q| under 2^15 (e = 0 unless some |q| >= 2^15), so
 // the logits come out 2^-e too small and 2^e multiplies the softmax scale.
 // k_scale also goes into the softmax scale, v_scale into the normalization.
@@ -263,7 +263,7 @@ struct KvFp8 {
     for (int i = 0; i < 4; ++i) a[i] = v[4 * j + i];
   }
 
-  // Lane (g, t)'s q words of head g: dims 32t .. 32t + 31 (bf16 pairs).
+  // Lane (g, t)'s q words of column g: dims 32t .. 32t + 31 (bf16 pairs).
   __device__ __forceinline__ static void load_q_words(const uint16_t* q_row, int t,
                                                       uint32_t (&w)[16]) {
 #pragma unroll
@@ -275,7 +275,7 @@ struct KvFp8 {
     }
   }
   // Those words as fp16 x 2^-e; returns e (the same in every lane: the max
-  // runs over the warp, i.e. all 8 heads).
+  // runs over the warp, i.e. the tile's 8 rows).
   __device__ __forceinline__ static int prepare_q(const uint32_t (&w)[16], uint32_t (&q)[16]) {
     float mx = 0.f;  // fmaxf skips a NaN: it stays NaN in q
 #pragma unroll
@@ -335,8 +335,8 @@ struct KvFp8 {
   }
 };
 
-// Lane (g, t)'s q words of head g (`q_row`; nullptr: a column past the
-// group, zeros), as they are in memory.
+// Lane (g, t)'s q words of column g (`q_row`; nullptr: a column past the
+// rows, zeros), as they are in memory.
 template <class Kv>
 __device__ __forceinline__ void load_q_words_or_zeros(const uint16_t* q_row, int t,
                                                       uint32_t (&w)[16]) {
@@ -354,10 +354,11 @@ __device__ __forceinline__ int load_q(const uint16_t* q_row, int t, uint32_t (&q
   return Kv::prepare_q(w, q);
 }
 
-// The cache at kv head `kvh` (strides are in elements, as torch reports them).
+// The cache at tile u's kv head (strides are in elements, as torch reports them).
 template <class Kv>
-__device__ __forceinline__ const uint8_t* kv_head_of(const DecodeParams& p, int kvh) {
-  return static_cast<const uint8_t*>(p.kv_cache) + kvh * p.kv_stride_head * Kv::kElemBytes;
+__device__ __forceinline__ const uint8_t* kv_head_of(const DecodeParams& p, int u) {
+  return static_cast<const uint8_t*>(p.kv_cache) +
+         kv_head_of_tile(p, u) * p.kv_stride_head * Kv::kElemBytes;
 }
 
 // What multiplies a kv head's logits as the fragments compute them (softmax
@@ -368,16 +369,17 @@ struct HeadScales {
   float out;
 };
 
-// The scales of kv head `kvh` before q is loaded: the logits' without fp8's
-// 2^e (with_q_exponent adds it once q is in).
+// The scales of tile u's kv head before q is loaded: the logits' without
+// fp8's 2^e (with_q_exponent adds it once q is in).
 // NOTE: k_scale and v_scale are read after griddepcontrol.wait, as q (a
 // captured graph may update them in a kernel ahead of this one), and ahead of
 // q, whose fp8 conversion waits for its loads.
 template <class Kv>
-__device__ __forceinline__ HeadScales head_scales(const DecodeParams& p, int kvh) {
+__device__ __forceinline__ HeadScales head_scales(const DecodeParams& p, int u) {
   if constexpr (Kv::kDtype == KvDtype::kBf16) {
     return {p.scale_log2, 1.f};
   } else {
+    const int kvh = kv_head_of_tile(p, u);
     const float k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * kvh) : 1.f;
     const float v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * kvh) : 1.f;
     return {p.scale_log2 * k_scale, v_scale};

@@ -108,9 +108,9 @@ int64_t pairs_per_warp(int64_t num_pairs, const Residency& res, int warps) {
 // Short windows over at most this many requests take the cluster kernel.
 constexpr int kClusterMaxBatch = 2;
 
-LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool short_window, KvDtype kv,
+LaunchPlan split_kernels_plan(int batch, int tiles, bool short_window, KvDtype kv,
                               int num_sms) {
-  const int num_bh = batch * num_kv_heads;
+  const int num_bh = batch * tiles;
   const int slots = kv == KvDtype::kBf16 ? 1 : 2;  // ring slots per bf16 one
   auto at_least_1 = [](int x) { return x < 1 ? 1 : x; };
   using K = KernelKind;
@@ -147,23 +147,23 @@ constexpr int kBalancedMinBatch = 8;
 constexpr int kSplitMinCtasPerPair = 8;
 
 // <= 8 pages a warp (4 if < SMs/4 CTAs): past that, a grid of one CTA a pair leaves SMs idle.
-bool short_window(int window, int batch, int num_kv_heads, int num_sms) {
+bool short_window(int window, int batch, int tiles, int num_sms) {
   if (window <= 0) return false;
   const bool cluster = batch <= kClusterMaxBatch;
   const int64_t span_pages = ceil_div(window, kPageTokens);
-  const int64_t ctas = int64_t(cluster ? 4 : 1) * batch * num_kv_heads;
+  const int64_t ctas = int64_t(cluster ? 4 : 1) * batch * tiles;
   const int warps_per_pair = cluster ? 16 : 4;
   const int pages_per_warp = 4 * ctas >= num_sms ? 8 : 4;
   return span_pages <= int64_t(pages_per_warp) * warps_per_pair;
 }
 
-LaunchPlan plan_launch(int batch, int num_kv_heads, int window, KvDtype kv, int num_sms) {
-  const int64_t pairs = int64_t(batch) * num_kv_heads;
+LaunchPlan plan_launch(int batch, int tiles, int window, KvDtype kv, int num_sms) {
+  const int64_t pairs = int64_t(batch) * tiles;
   const int64_t split_max_pairs = std::max(8, 2 * num_sms / kSplitMinCtasPerPair);
   const bool balanced = window <= 0 && batch >= kBalancedMinBatch && pairs > split_max_pairs;
   if (!balanced)
-    return split_kernels_plan(batch, num_kv_heads,
-                              short_window(window, batch, num_kv_heads, num_sms), kv, num_sms);
+    return split_kernels_plan(batch, tiles,
+                              short_window(window, batch, tiles, num_sms), kv, num_sms);
   // 8 warps of 2 x 8 KB (bf16) or 4 x 4 KB (fp8) slots: the bytes in flight an SM's intake needs.
   return {.kind = KernelKind::kBalanced, .kv = kv, .warps = 8,
           .stages = kv == KvDtype::kBf16 ? 2 : 4, .refill = Refill::kKernelRule};
@@ -206,7 +206,7 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
   const int smem = split_smem_bytes(v, entry_of(v).smem_bytes, sliding);
   cudaError_t err = prepare(v, device, smem, sliding, res);
   if (err != cudaSuccess) return err;
-  const int64_t num_pairs = int64_t(p.batch) * p.num_kv_heads;
+  const int64_t num_pairs = int64_t(p.batch) * p.tiles;
   shape->block = dim3(32 * plan.warps);
   shape->smem_bytes = smem;
   shape->max_active_splits =
@@ -237,7 +237,7 @@ cudaError_t shape_of(const DecodeParams& p, const LaunchPlan& plan, int device, 
       // merge's groups. One split, or a cluster, merges through neither.
       const int64_t rows =
           plan.kind == KernelKind::kSplit && plan.splits > 1 ? num_pairs * plan.splits : 0;
-      shape->grid = dim3(plan.splits, p.num_kv_heads, p.batch);
+      shape->grid = dim3(plan.splits, p.tiles, p.batch);
       shape->partials = rows;
       shape->counters = rows > 0 ? (num_pairs + rows) * 8 : 0;
     }
@@ -305,7 +305,7 @@ cudaError_t launch_decode_attention(const DecodeParams& params, const LaunchPlan
   if (err != cudaSuccess) return err;
   p.refill = plan.refill;
   if (plan.kind != KernelKind::kBalanced) {
-    const int num_pairs = p.batch * p.num_kv_heads;
+    const int num_pairs = p.batch * p.tiles;
     p.min_pages = plan.min_pages;
     p.max_active_splits = shape.max_active_splits;
     if (plan.kind == KernelKind::kWarpPerHead && p.refill == Refill::kKernelRule)

@@ -35,20 +35,21 @@ struct LaunchPlan {
 };
 
 // The plan for a call, from what a captured CUDA graph keeps fixed: the batch
-// size, kv heads, the window (0: none), the cache's dtype and the SM count
-// (never the lengths nor the block tables' width).
-LaunchPlan plan_launch(int batch, int num_kv_heads, int window, KvDtype kv, int num_sms);
+// size, the row tiles a request brings (kv heads x row tiles: DecodeParams::tiles),
+// the window (0: none), the cache's dtype and the SM count (never the lengths
+// nor the block tables' width).
+LaunchPlan plan_launch(int batch, int tiles, int window, KvDtype kv, int num_sms);
 
 // Whether a window (0: none) is short enough for the short-span kernels
-// (cluster, one split, warp per head) at this batch size and kv heads; longer
+// (cluster, one split, warp per head) at this batch size and tiles; longer
 // windows are planned by the split kernels' full-attention rules.
-bool short_window(int window, int batch, int num_kv_heads, int num_sms);
+bool short_window(int window, int batch, int tiles, int num_sms);
 
 // The split kernels' plan for such a call (what plan_launch picks for
 // sliding windows and for full attention below 8 requests or over as few
-// (request, kv head) pairs as their grid gives 8 CTAs each), for A/B runs
+// (request, tile) pairs as their grid gives 8 CTAs each), for A/B runs
 // against the balanced kernel on any shape.
-LaunchPlan split_kernels_plan(int batch, int num_kv_heads, bool short_window, KvDtype kv,
+LaunchPlan split_kernels_plan(int batch, int tiles, bool short_window, KvDtype kv,
                               int num_sms);
 
 // Empty if `plan` names a compiled kernel and valid parameters, else why not

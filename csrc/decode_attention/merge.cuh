@@ -70,10 +70,10 @@ __device__ __forceinline__ void merge_global(const DecodeParams& p, int64_t row0
     for (int c = 0; c < kChunk; ++c) {
       const bool in = i0 + c < count;  // past the last: weighs 0
       const int64_t row = row0 + (in ? slot_of(i0 + c) : 0);
-      const float* ml = p.part_ml + row * 2 * kGqa + eh;
-      const float* po = p.part_o + row * (kGqa * kHeadDim) + eh * kHeadDim + ed;
+      const float* ml = p.part_ml + row * 2 * kRowTile + eh;
+      const float* po = p.part_o + row * (kRowTile * kHeadDim) + eh * kHeadDim + ed;
       mv[c] = in ? ptx::ld_global_cg_f32(ml) : neg_inf();
-      lv[c] = in ? ptx::ld_global_cg_f32(ml + kGqa) : 0.f;
+      lv[c] = in ? ptx::ld_global_cg_f32(ml + kRowTile) : 0.f;
 #pragma unroll
       for (int i = 0; i < E / 4; ++i)
         v[c][i] = in ? ptx::ld_global_cg_f32x4(po + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -96,7 +96,7 @@ __device__ __forceinline__ void merge_global(const DecodeParams& p, int64_t row0
 // head each (with 16 ranks of 8 warps, half the threads have none).
 template <int kWarps, int kSplits>
 struct ClusterMergeThreads {
-  static constexpr int kOutputs = kGqa * ClusterBufPlan<kSplits>::kDimsPerRank;
+  static constexpr int kOutputs = kRowTile * ClusterBufPlan<kSplits>::kDimsPerRank;
   static constexpr int kThreads = kOutputs < 32 * kWarps ? kOutputs : 32 * kWarps;
   static constexpr int kPerThread = kThreads > 0 ? kOutputs / kThreads : 0;
 };
@@ -118,29 +118,29 @@ __device__ __forceinline__ int cluster_merge_head(int tid) {
 // barrier every rank merges all splits for its dims and writes them.
 template <int kWarps, int kSplits>
 __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* buf, int split,
-                                              int b, int kvh, int tid, int eh, int ed,
-                                              const float (&o)[kGqa * kHeadDim / (32 * kWarps)],
+                                              int b, int u, int seq_len, int tid, int eh, int ed,
+                                              const float (&o)[kRowTile * kHeadDim / (32 * kWarps)],
                                               float m_cta, float l_cta, float sink_scaled,
                                               float scale_log2, float out_scale) {
   using Buf = ClusterBufPlan<kSplits>;
-  constexpr int E = kGqa * kHeadDim / (32 * kWarps);
+  constexpr int E = kRowTile * kHeadDim / (32 * kWarps);
   constexpr int D = Buf::kDimsPerRank;
   static_assert(E <= D && D % E == 0, "a thread's dims live on one rank");
   const uint32_t local = ptx::smem_addr(buf);
   const int rank = ed / D;
   const uint32_t peer = ptx::map_shared_rank(local, rank);
   ptx::cluster_wait();  // pairs with the early arrive: every peer is running
-  const uint32_t dst = peer + ((split * kGqa + eh) * D + ed % D) * 4;
+  const uint32_t dst = peer + ((split * kRowTile + eh) * D + ed % D) * 4;
 #pragma unroll
   for (int e = 0; e < E; e += 4) ptx::st_cluster_f32x4(dst + 4 * e, o[e], o[e + 1], o[e + 2], o[e + 3]);
   if (ed % D == 0) {
-    ptx::st_cluster_f32(peer + (Buf::kM + split * kGqa + eh) * 4, m_cta);
-    ptx::st_cluster_f32(peer + (Buf::kL + split * kGqa + eh) * 4, l_cta);
+    ptx::st_cluster_f32(peer + (Buf::kM + split * kRowTile + eh) * 4, m_cta);
+    ptx::st_cluster_f32(peer + (Buf::kL + split * kRowTile + eh) * 4, l_cta);
   }
   ptx::cluster_arrive();
   ptx::cluster_wait();
 
-  // This rank owns dims [split D, (split + 1) D) of all 8 heads.
+  // This rank owns dims [split D, (split + 1) D) of all 8 columns.
   using T = ClusterMergeThreads<kWarps, kSplits>;
   constexpr int kPerThread = T::kPerThread;
   static_assert(kPerThread >= 1 && kPerThread <= 2, "one bf16 or one bf16 pair per thread");
@@ -149,20 +149,22 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
   const int h = cluster_merge_head<kWarps, kSplits>(tid), dl = tid * kPerThread % D;
   float m = neg_inf();
 #pragma unroll
-  for (int r = 0; r < kSplits; ++r) m = fmaxf(m, cb[Buf::kM + r * kGqa + h]);
+  for (int r = 0; r < kSplits; ++r) m = fmaxf(m, cb[Buf::kM + r * kRowTile + h]);
   const float m_scaled = m * scale_log2, shift = softmax_shift(m_scaled);
   float l = 0.f, acc[kPerThread] = {};
 #pragma unroll
   for (int r = 0; r < kSplits; ++r) {
-    const float w = rescale(cb[Buf::kM + r * kGqa + h], scale_log2, shift);
-    l += w * cb[Buf::kL + r * kGqa + h];
+    const float w = rescale(cb[Buf::kM + r * kRowTile + h], scale_log2, shift);
+    l += w * cb[Buf::kL + r * kRowTile + h];
 #pragma unroll
-    for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kGqa + h) * D + dl + e];
+    for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kRowTile + h) * D + dl + e];
   }
-  if (h >= p.group) return;  // a column past the group
-  const float inv = normalize_with_sink(out_scale, l, sink_scaled, m_scaled);
-  if (split == 0 && dl == 0) store_lse(p, b, kvh, h, l, sink_scaled, m_scaled);
-  uint16_t* dst_out = out_row_of(p, b, kvh, h) + split * D + dl;
+  uint16_t* const row = out_row_of(p, b, u, h);
+  if (row == nullptr) return;  // a column past the rows
+  const float inv =
+      normalize_with_sink(out_scale, l, sink_scaled, m_scaled, column_end(p, seq_len, u, h) > 0);
+  if (split == 0 && dl == 0) store_lse(p, b, u, h, l, sink_scaled, m_scaled);
+  uint16_t* dst_out = row + split * D + dl;
   if constexpr (kPerThread == 2) {
     *reinterpret_cast<uint32_t*>(dst_out) = ptx::pack_bf16x2(acc[0] * inv, acc[1] * inv);
   } else {

@@ -1,12 +1,13 @@
 // The online softmax of one warp, a page (or two) a step, on the lane
 // fragments of q, K and V that each cache format (kv_format.cuh) loads:
-// S^T = K Q^T and O^T += V^T P^T on the tensor cores, the 8 query heads of the
-// GQA group as the n = 8 dimension of mma.m16n8k16; then the warp's state as a
-// partial in shared memory, or its normalized output.
+// S^T = K Q^T and O^T += V^T P^T on the tensor cores, the 8 query rows of a
+// tile (common.cuh: a row tile of a kv head's query heads x query tokens) as
+// the n = 8 dimension of mma.m16n8k16; then the warp's state as a partial in
+// shared memory, or its normalized output.
 //
 // Lane (g = lane / 4, t = lane % 4). Both formats hand attend_page the same
 // register roles, pairs of the format's MMA type (bf16, or fp16 for fp8):
-//   q[w]      pair of head g, the two dims k-step w / 2 multiplies with k[16r + w]
+//   q[w]      pair of column g, the two dims k-step w / 2 multiplies with k[16r + w]
 //   k[16r+w]  pair of token g + 8r (r < 2) at the dims of q[w]
 //   v         what Kv::v_operand turns into the A operand of m-tile j of
 //             O^T (dims o_tile_dim(j, g), +1 as rows g, g + 8; tokens 2t,
@@ -27,28 +28,29 @@
 
 namespace flint::detail {
 
-// Online-softmax state of one warp for the two query heads 2t and 2t+1 of
-// lane (g, t), and its share of O^T.
+// Online-softmax state of one warp for the two columns (query rows) 2t and
+// 2t+1 of lane (g, t), and its share of O^T.
 struct WarpState {
   float m[2];    // running max of the raw logits S (unscaled)
   float l[2];    // this lane's part of the row sums (tokens g and g+8 of each page)
-  float o[32];   // O^T: o[4j + e] is head 2t + (e & 1), dim o_tile_dim(j, g) + (e >> 1)
+  float o[32];   // O^T: o[4j + e] is column 2t + (e & 1), dim o_tile_dim(j, g) + (e >> 1)
 };
 
 // N pages of the online softmax, one max and rescale round for all of them:
 // S^T = K Q^T per page, rescale, O^T += V^T P^T per page. The pages' MMA
 // chains are independent, so N > 1 gives a warp whose own latency bounds it
 // (fp8: conversions, MMAs and shuffles in one chain a page) work to overlap.
-// `scale_log2` is the softmax scale x log2(e) (x k_scale x 2^e for an fp8 cache).
+// `scale_log2` is the softmax scale x log2(e) (x k_scale x 2^e for an fp8
+// cache); `cs` the positions each of the lane's columns attends.
 template <class Kv, int N>
 __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const uint32_t (&v)[N][32],
                                              const uint32_t (&q)[16], const int (&page)[N],
-                                             int start_tok, int seq_len, float scale_log2, int g,
+                                             const ColumnSpans& cs, float scale_log2, int g,
                                              int t, WarpState& st) {
   // S^T[token][head]: k-step c multiplies q[2c], q[2c + 1] with k[2c], k[2c + 1]
   // (token g) and k[16 + 2c], k[16 + 2c + 1] (token g + 8). Two accumulators
   // a page break the dependency chain of its 8 MMAs.
-  // s[i][0], s[i][1]: token g of page i, heads 2t, 2t+1; s[i][2], s[i][3]: token g + 8.
+  // s[i][0], s[i][1]: token g of page i, columns 2t, 2t+1; s[i][2], s[i][3]: token g + 8.
   float s[N][4];
 #pragma unroll
   for (int i = 0; i < N; ++i) {
@@ -62,12 +64,16 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[i][e] = sa[e] + sb[e];
     const int pos = page[i] * kPageTokens + g;
-    if (pos < start_tok || pos >= seq_len) s[i][0] = s[i][1] = neg_inf();
-    if (pos + 8 < start_tok || pos + 8 >= seq_len) s[i][2] = s[i][3] = neg_inf();
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (pos < cs.lo[e] || pos >= cs.hi[e]) s[i][e] = neg_inf();
+      if (pos + 8 < cs.lo[e] || pos + 8 >= cs.hi[e]) s[i][e + 2] = neg_inf();
+    }
   }
 
-  // Every page holds at least one attended token, but its logits may all be
-  // -inf: softmax_shift keeps the weights 0 then.
+  // A column may attend no token of these pages (a query token before them,
+  // or before position 0), and its logits may all be -inf: softmax_shift
+  // keeps the weights 0 then.
   float mx[2] = {fmaxf(s[0][0], s[0][2]), fmaxf(s[0][1], s[0][3])};
 #pragma unroll
   for (int i = 1; i < N; ++i) {
@@ -111,9 +117,9 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
 
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][head g],
+    // P^T as the B operand: lane (g, t) needs P[tokens 2t, 2t+1 | 2t+8, 2t+9][column g],
     // held by lanes 8t + g/2 (token 2t) and 8t + g/2 + 4 (token 2t+1), in the
-    // half g % 2 of their (head 2t', 2t'+1) pairs.
+    // half g % 2 of their (column 2t', 2t'+1) pairs.
     const uint32_t x = Kv::pack_p(p[i][0], p[i][1]);
     const uint32_t y = Kv::pack_p(p[i][2], p[i][3]);
     const int src = 8 * t + (g >> 1);
@@ -137,25 +143,25 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
 // One page of it.
 template <class Kv>
 __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint32_t (&v)[32],
-                                            const uint32_t (&q)[16], int page, int start_tok,
-                                            int seq_len, float scale_log2, int g, int t,
+                                            const uint32_t (&q)[16], int page,
+                                            const ColumnSpans& cs, float scale_log2, int g, int t,
                                             WarpState& st) {
   const int pages[1] = {page};
   attend_pages<Kv, 1>(reinterpret_cast<const uint32_t(&)[1][32]>(k),
-                      reinterpret_cast<const uint32_t(&)[1][32]>(v), q, pages, start_tok, seq_len,
-                      scale_log2, g, t, st);
+                      reinterpret_cast<const uint32_t(&)[1][32]>(v), q, pages, cs, scale_log2, g,
+                      t, st);
 }
 
 // ---- a warp's state as a partial in shared memory --------------------------------
 
-// (O, m, l) of the 8 heads of one kv head, unnormalized; O as [head][dim] with
-// the dims of each head permuted by the format's buf_swizzle (bank spread of
+// (O, m, l) of the 8 columns of one tile, unnormalized; O as [column][dim] with
+// the dims of each column permuted by the format's buf_swizzle (bank spread of
 // the stores; XOR with bits 1-3 keeps float2 pairs and at most swaps the
 // halves of a float4, see partial_o4).
 struct WarpPartial {
-  float o[kGqa][kHeadDim];
-  float m[kGqa];  // raw-logit max
-  float l[kGqa];  // row sum, relative to m
+  float o[kRowTile][kHeadDim];
+  float m[kRowTile];  // raw-logit max
+  float l[kRowTile];  // row sum, relative to m
 };
 
 template <class Kv>
@@ -186,16 +192,14 @@ __device__ __forceinline__ float4 partial_o4(const WarpPartial& buf, int h, int 
   return (x & 2) ? make_float4(v.z, v.w, v.x, v.y) : v;
 }
 
-// Stores a warp's normalized O^T: lane (g, t) writes heads 2t, 2t+1 (those
-// below `heads`, the group) at dims d0, d0 + 1 of m-tile j (d0 =
-// o_tile_dim(j, g)), one bf16 pair each.
+// Stores a warp's normalized O^T: lane (g, t) writes columns 2t, 2t+1 (output
+// rows head0, head1; nullptr: a column without a row) at dims d0, d0 + 1 of
+// m-tile j (d0 = o_tile_dim(j, g)), one bf16 pair each.
 template <class Kv>
-__device__ __forceinline__ void store_warp_out(uint16_t* out_kv_head, int64_t stride_h,
+__device__ __forceinline__ void store_warp_out(uint16_t* head0, uint16_t* head1,
                                                const float (&o)[32], float inv0, float inv1,
-                                               int g, int t, int heads) {
-  uint16_t* head0 = out_kv_head + (2 * t) * stride_h;
-  uint16_t* head1 = head0 + stride_h;
-  const bool has0 = 2 * t < heads, has1 = 2 * t + 1 < heads;
+                                               int g, int t) {
+  const bool has0 = head0 != nullptr, has1 = head1 != nullptr;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int d0 = Kv::o_tile_dim(j, g);

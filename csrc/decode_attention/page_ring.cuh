@@ -113,22 +113,31 @@ __device__ __forceinline__ void issue_page(const Ring<Kv, kStages>& ring, const 
   }
 }
 
-// Issues the span's leading kStages - 1 pages that are (`current`) or are not
-// the page holding the current token. Lane i's `bt` is the block of page i.
+// Issues the span's leading kStages - 1 pages that do (`new_tokens`) or do
+// not hold the request's new tokens: pages first_new_page on. Lane i's `bt`
+// is the block of page i.
 template <class Kv, int kStages>
 __device__ __forceinline__ void issue_leading(const Ring<Kv, kStages>& ring, const PageSpan& s,
-                                              int bt, int current_page, bool current, int lane) {
+                                              int bt, int first_new_page, bool new_tokens,
+                                              int lane) {
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
     const int block = __shfl_sync(kFullMask, bt, k);
-    if (k < s.count && (s.page(k) == current_page) == current) issue_page(ring, s, k, block, lane);
+    if (k < s.count && (s.page(k) >= first_new_page) == new_tokens)
+      issue_page(ring, s, k, block, lane);
   }
+}
+
+// The first page holding one of the request's q_tokens new tokens (positions
+// seq_len - q_tokens on): the previous kernel writes their K/V.
+__device__ __forceinline__ int first_new_page(const DecodeParams& p, int seq_len) {
+  return max(seq_len - p.q_tokens, 0) / kPageTokens;
 }
 
 // A warp's prologue in the order PDL allows, the same in every kernel: the
 // leading pages that do not depend on the previous kernel, then
-// griddepcontrol.wait, then the page holding the current token (the previous
-// kernel writes its K/V: page `current_page` of the request). `past_wait`
+// griddepcontrol.wait, then the pages holding the new tokens (the previous
+// kernel writes their K/V: pages `first_new` on, first_new_page). `past_wait`
 // runs between the two.
 // launch_dependents comes right after the wait: a PDL-launched successor
 // starts once every CTA here is past its wait (the call before has ended), so
@@ -141,15 +150,15 @@ __device__ __forceinline__ void issue_leading(const Ring<Kv, kStages>& ring, con
 // `probe`, if any, is told when the leading pages are out and the wait is over.
 template <class Kv, int kStages, class Probe, class PastWait>
 __device__ __forceinline__ void pdl_prologue(const Ring<Kv, kStages>& ring, const PageSpan& s,
-                                             int bt, int current_page, bool leading_issued,
+                                             int bt, int first_new, bool leading_issued,
                                              int lane, Probe* probe, PastWait&& past_wait) {
-  if (!leading_issued) issue_leading(ring, s, bt, current_page, false, lane);
+  if (!leading_issued) issue_leading(ring, s, bt, first_new, false, lane);
   if (probe) probe->leading_issued();
   ptx::grid_dependency_wait();
   if (probe) probe->waited();
   ptx::launch_dependents();
   past_wait();
-  if (!leading_issued) issue_leading(ring, s, bt, current_page, true, lane);
+  if (!leading_issued) issue_leading(ring, s, bt, first_new, true, lane);
 }
 
 // One step of a stream: the slots consumed before it take their next pages
@@ -198,9 +207,9 @@ struct NextSpan {
 // the ring never drains between two pairs (needs s.count >= kStages - 1).
 template <class Kv, int kStages, bool kChain = false>
 __device__ __forceinline__ void stream_span(const Ring<Kv, kStages>& ring, const PageSpan& s,
-                                            BlockIds ids, const uint32_t (&q)[16], int start_tok,
-                                            int seq_len, float scale_log2, int g, int t, int lane,
-                                            WarpState& st, const NextSpan* next,
+                                            BlockIds ids, const uint32_t (&q)[16],
+                                            const ColumnSpans& cs, float scale_log2, int g, int t,
+                                            int lane, WarpState& st, const NextSpan* next,
                                             bool refill_after_wait) {
   reset_state(st);
   for (int k = 0; k < s.count; ++k) {
@@ -224,9 +233,9 @@ __device__ __forceinline__ void stream_span(const Ring<Kv, kStages>& ring, const
     });
     const int page = s.page(k);
     uint32_t kf[32], vf[32];
-    Kv::load_page(ptx::smem_addr(ring.slot(s.ring_base + k)), page, start_tok, seq_len, g, t, kf,
-                  vf);
-    attend_page<Kv>(kf, vf, q, page, start_tok, seq_len, scale_log2, g, t, st);
+    Kv::load_page(ptx::smem_addr(ring.slot(s.ring_base + k)), page, s.start_tok, s.seq_len, g, t,
+                  kf, vf);
+    attend_page<Kv>(kf, vf, q, page, cs, scale_log2, g, t, st);
   }
   sum_rows(st);
 }
@@ -242,11 +251,10 @@ __device__ __forceinline__ void stream_span(const Ring<Kv, kStages>& ring, const
 template <class Kv, int kStages, bool kChain = false, class Probe = NoPrologueProbe>
 __device__ __forceinline__ HeadScales wait_then_stream(
     const DecodeParams& p, const Ring<Kv, kStages>& ring, const PageSpan& s, BlockIds ids, int b,
-    int kvh, int start_tok, int seq_len, int g, int t, int lane, WarpState& st, bool leading_issued = false,
+    int u, int g, int t, int lane, WarpState& st, bool leading_issued = false,
     const NextSpan* next = nullptr, Probe* probe = nullptr) {
   bool refill_after_wait;
-  const int current_page = (seq_len - 1) / kPageTokens;
-  pdl_prologue(ring, s, ids.cur, current_page, leading_issued, lane, probe, [&] {
+  pdl_prologue(ring, s, ids.cur, first_new_page(p, s.seq_len), leading_issued, lane, probe, [&] {
     refill_after_wait = p.refill == Refill::kAfterWait;
     if (p.refill == Refill::kAfterUnlessLate && s.count > 0) {
       const int n = s.ring_base;
@@ -254,12 +262,12 @@ __device__ __forceinline__ HeadScales wait_then_stream(
       refill_after_wait = __shfl_sync(kFullMask, landed, 0);
     }
   });
-  const HeadScales unscaled = head_scales<Kv>(p, kvh);
+  const HeadScales unscaled = head_scales<Kv>(p, u);
   uint32_t q[16];
-  const int q_exp = load_q<Kv>(q_row_of(p, b, kvh, g), t, q);
+  const int q_exp = load_q<Kv>(q_row_of(p, b, u, g), t, q);
   const HeadScales sc = with_q_exponent<Kv>(unscaled, q_exp);
-  stream_span<Kv, kStages, kChain>(ring, s, ids, q, start_tok, seq_len, sc.logits_log2, g, t,
-                                   lane, st, next, refill_after_wait);
+  stream_span<Kv, kStages, kChain>(ring, s, ids, q, column_spans(p, s.seq_len, u, t),
+                                   sc.logits_log2, g, t, lane, st, next, refill_after_wait);
   return sc;
 }
 
@@ -275,7 +283,7 @@ __device__ __forceinline__ HeadScales wait_then_stream(
 template <class Kv, int kStages, class FillTo, class Probe>
 __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, const PageSpan& s,
                                              FillTo& fill_to, const uint32_t (&q)[16],
-                                             int start_tok, int seq_len, float scale_log2, int g,
+                                             const ColumnSpans& cs, float scale_log2, int g,
                                              int t, bool refill_after_wait, WarpState& st,
                                              Probe& probe) {
   constexpr int kStep = Kv::kStepPages;
@@ -301,10 +309,10 @@ __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, cons
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       pages[i] = s.page(k) + i;  // a piece's pages are consecutive (step 1)
-      Kv::load_page(ptx::smem_addr(ring.slot(n + i)), pages[i], start_tok, seq_len, g, t, kf[i],
-                    vf[i]);
+      Kv::load_page(ptx::smem_addr(ring.slot(n + i)), pages[i], s.start_tok, s.seq_len, g, t,
+                    kf[i], vf[i]);
     }
-    attend_pages<Kv, N>(kf, vf, q, pages, start_tok, seq_len, scale_log2, g, t, st);
+    attend_pages<Kv, N>(kf, vf, q, pages, cs, scale_log2, g, t, st);
   };
   int k = 0;
   for (; k + kStep <= s.count; k += kStep) step(k, std::integral_constant<int, kStep>{});

@@ -6,10 +6,12 @@
 
 namespace flint {
 
-// The shape today's CUDA kernels are built for; the op (and the CPU path)
+// The head_dim today's CUDA kernels are built for; the op (and the CPU path)
 // takes any shape within the limits below.
 constexpr int kHeadDim = 128;                      // per head, q / K / V / out
-constexpr int kGqa = 8;                            // query heads per kv head
+// A kv head's query rows (group x query tokens) go through the kernels in
+// tiles of 8: the n = 8 columns of their MMAs.
+constexpr int kRowTile = 8;
 constexpr int kPageTokens = 16;                    // tokens per cache block
 constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V]
 
@@ -97,6 +99,13 @@ struct DecodeParams {
   // sink, [batch, q_tokens, num_heads] fp32; nullptr when not asked for.
   float* lse;
   int64_t lse_stride_b, lse_stride_t, lse_stride_h;
+
+  // What the kernels divide: tiles, one per (kv head, row tile). Tile u is
+  // tile u % row_tiles of kv head u / row_tiles, rows 8 (u % row_tiles) ..
+  // + 7 of its group x q_tokens rows (row r: query token r / group, query
+  // head r % group), so a kv head's tiles are neighbours in every division.
+  int row_tiles;    // ceil(group x q_tokens / 8)
+  int tiles;        // num_kv_heads x row_tiles
 };
 
 }  // namespace flint

@@ -18,9 +18,9 @@ struct ClusterBufPlan {
   static_assert(kSplits == 0 || kSplits == 4 || kSplits == 8 || kSplits == 16,
                 "a cluster rank merges 128 / kSplits dims of every head");
   static constexpr int kDimsPerRank = kSplits > 0 ? kHeadDim / kSplits : 0;
-  static constexpr int kM = kSplits * kGqa * kDimsPerRank;
-  static constexpr int kL = kM + kSplits * kGqa;
-  static constexpr int kFloats = kL + kSplits * kGqa;
+  static constexpr int kM = kSplits * kRowTile * kDimsPerRank;
+  static constexpr int kL = kM + kSplits * kRowTile;
+  static constexpr int kFloats = kL + kSplits * kRowTile;
 };
 
 namespace detail {

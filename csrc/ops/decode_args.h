@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "decode_attention/params.h"
+
 namespace flint {
 
 struct DecodeArgs {
@@ -26,6 +28,12 @@ struct DecodeArgs {
 
   // The dims of q and out: 3 for one query token per request, 4 for several.
   bool multi_token() const { return q.dim() == 4; }
+  // What the kernels divide a request into (DecodeParams::tiles): its kv
+  // heads x the row tiles of a kv head's group x query-token rows.
+  int64_t tiles() const {
+    const int64_t kv_heads = kv_cache.size(1), tokens = multi_token() ? q.size(1) : 1;
+    return kv_heads * ((q.size(-2) / kv_heads * tokens + kRowTile - 1) / kRowTile);
+  }
 };
 
 // A backend that takes DecodeArgs as the dispatcher calls it: the op's

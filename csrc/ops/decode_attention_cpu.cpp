@@ -173,21 +173,26 @@ void attend(const DecodeParams& p, int b, int kvh, Scratch& w) {
   // q transposed to [dim][row]: the inner loops below then run over the rows
   // (or the dims) with independent accumulators, so they vectorize while each
   // sum keeps its sequential fp32 order.
+  // fp8: q in fp16, scaled by 2^-e per row tile (the 8 rows r / 8 that one
+  // MMA tile holds on the GPU), e from the tile's largest |q|; its logits
+  // come out 2^-e too small.
   w.q.assign(static_cast<size_t>(dim) * rows, 0.f);
-  float q_max = 0.f;  // std::fmax skips NaN, as the kernel's fmaxf
+  float q_max[kMaxQueryTokens * kMaxGroup / kRowTile] = {};  // std::fmax skips NaN, as fmaxf
   for (int r = 0; r < rows; ++r) {
     const uint16_t* qh =
         p.q + b * p.q_stride_b + (r / group) * p.q_stride_t + head_of(r) * p.q_stride_h;
     for (int d = 0; d < dim; ++d) {
       w.q[d * rows + r] = bf16_to_float(qh[d]);
-      q_max = std::fmax(q_max, std::fabs(w.q[d * rows + r]));
+      q_max[r / kRowTile] = std::fmax(q_max[r / kRowTile], std::fabs(w.q[d * rows + r]));
     }
   }
-  // fp8: q in fp16, scaled by 2^-e; the logits come out 2^-e too small.
-  const int q_exp = Elem::kScaledQ ? q_exponent(q_max) : 0;
+  int q_exp[kMaxQueryTokens * kMaxGroup / kRowTile] = {};
   if (Elem::kScaledQ) {
-    const float down = exp2i(-q_exp);
-    for (float& x : w.q) x = Elem::round_operand(x * down);
+    for (int r = 0; r < rows; ++r) {
+      q_exp[r / kRowTile] = q_exponent(q_max[r / kRowTile]);
+      const float down = exp2i(-q_exp[r / kRowTile]);
+      for (int d = 0; d < dim; ++d) w.q[d * rows + r] = Elem::round_operand(w.q[d * rows + r] * down);
+    }
   }
 
   // Scores s = q . K, unscaled, and each row's max over its own span.
@@ -215,11 +220,12 @@ void attend(const DecodeParams& p, int b, int kvh, Scratch& w) {
   // every p is 0 and the shift is 0 instead of -inf, which would make -inf -
   // -inf = NaN of each p; the sink term below keeps m * c (docs/semantics.md,
   // Non-finite values). A position outside a row's span adds nothing to it.
-  const float c = p.scale_log2 * kv_scale(p.k_scale, p.k_scale_stride, kvh) * exp2i(q_exp);
-  float ms[kMaxQueryTokens * kMaxGroup], shift[kMaxQueryTokens * kMaxGroup];
-  float l[kMaxQueryTokens * kMaxGroup] = {};
+  const float c0 = p.scale_log2 * kv_scale(p.k_scale, p.k_scale_stride, kvh);
+  float c[kMaxQueryTokens * kMaxGroup], ms[kMaxQueryTokens * kMaxGroup];
+  float shift[kMaxQueryTokens * kMaxGroup], l[kMaxQueryTokens * kMaxGroup] = {};
   for (int r = 0; r < rows; ++r) {
-    ms[r] = m[r] * c;
+    c[r] = c0 * exp2i(q_exp[r / kRowTile]);
+    ms[r] = m[r] * c[r];
     shift[r] = ms[r] == neg_inf ? 0.f : ms[r];
   }
   w.o.assign(static_cast<size_t>(rows) * dim, 0.f);
@@ -229,7 +235,7 @@ void attend(const DecodeParams& p, int b, int kvh, Scratch& w) {
     const float* s = w.scores.data() + static_cast<size_t>(i) * rows;
     for (int r = 0; r < rows; ++r) {
       if (!attends(r, span.start + i)) continue;
-      const float pr = std::exp2(std::fma(s[r], c, -shift[r]));
+      const float pr = std::exp2(std::fma(s[r], c[r], -shift[r]));
       l[r] += pr;
       const float pb = Elem::round_operand(pr);
       float* o = w.o.data() + static_cast<size_t>(r) * dim;

@@ -37,7 +37,7 @@ KvDtype kv_dtype(const at::Tensor& kv_cache) {
 
 LaunchPlan default_plan(const DecodeArgs& a) {
   const int sms = at::cuda::getDeviceProperties(a.q.device().index())->multiProcessorCount;
-  LaunchPlan plan = plan_launch(static_cast<int>(a.q.size(0)), static_cast<int>(a.kv_cache.size(1)),
+  LaunchPlan plan = plan_launch(static_cast<int>(a.q.size(0)), static_cast<int>(a.tiles()),
                                 window_tokens(a.window), kv_dtype(a.kv_cache), sms);
   plan.pdl = pdl_enabled();
   return plan;
@@ -48,15 +48,10 @@ void decode_attention_cuda_launch(const DecodeArgs& args, const LaunchPlan* give
   const at::Tensor& q = args.q;
   const at::Tensor& kv_cache = args.kv_cache;
   const int64_t batch = q.size(0);
-  // The shapes the CUDA kernels are compiled for (a kv head's query heads are
-  // the n = 8 columns of their MMAs); the CPU path takes the rest.
-  const int64_t group = q.size(-2) / kv_cache.size(1);
-  TORCH_CHECK(q.size(-1) == kHeadDim && group <= kGqa && !args.multi_token(),
-              "flint.decode_attention: the CUDA kernels of this build serve head_dim ", kHeadDim,
-              ", 1 to ", kGqa, " query heads per kv head and one query token per request (q "
-              "[batch, num_heads, head_dim]); got head_dim ", q.size(-1), ", group ", group,
-              " and q of shape ", q.sizes(), ". The CPU path (CPU tensors) serves every "
-              "supported shape.");
+  // The head_dim the CUDA kernels are compiled for; the CPU path takes the rest.
+  TORCH_CHECK(q.size(-1) == kHeadDim, "flint.decode_attention: the CUDA kernels of this build "
+              "serve head_dim ", kHeadDim, "; got ", q.size(-1), ". The CPU path (CPU tensors) "
+              "serves head_dim 64, 128 and 256.");
   if (batch == 0) return;
 
   const c10::cuda::CUDAGuard guard(q.device());
@@ -71,10 +66,10 @@ void decode_attention_cuda_launch(const DecodeArgs& args, const LaunchPlan* give
   const std::string bad = check_plan(plan);
   TORCH_CHECK(bad.empty(), "flint.decode_attention: unsupported launch plan: ", bad);
   if (plan.kind == KernelKind::kSplit || plan.kind == KernelKind::kCluster) {
-    TORCH_CHECK(batch <= hopper::kMaxGridYZ && kv_cache.size(1) <= hopper::kMaxGridYZ,
-                "flint.decode_attention: the split kernels need batch and num_kv_heads <= ",
-                hopper::kMaxGridYZ, " (their grid), got ", batch, " and ",
-                kv_cache.size(1));
+    TORCH_CHECK(batch <= hopper::kMaxGridYZ && args.tiles() <= hopper::kMaxGridYZ,
+                "flint.decode_attention: the split kernels need batch and num_kv_heads x "
+                "ceil(group x query tokens / 8) <= ", hopper::kMaxGridYZ, " (their grid), got ",
+                batch, " and ", args.tiles());
   }
 
   DecodeParams p = params_from_tensors(args);

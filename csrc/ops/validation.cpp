@@ -283,8 +283,9 @@ void check_decode_attention_args(const DecodeArgs& a) {
   check_no_aliasing(outputs, inputs);
 
   // The kernels index with int32 (DecodeParams).
-  TORCH_CHECK(batch * num_kv_heads <= INT32_MAX, "flint.decode_attention: batch x num_kv_heads "
-              "must be <= 2^31 - 1, got ", batch, " x ", num_kv_heads);
+  TORCH_CHECK(batch * num_heads * q_tokens <= INT32_MAX, "flint.decode_attention: batch x "
+              "num_heads x q_tokens must be <= 2^31 - 1, got ", batch, " x ", num_heads, " x ",
+              q_tokens);
   TORCH_CHECK(a.block_tables.sym_size(1) <= INT32_MAX / kPageTokens &&
                   kv_cache.sym_size(0) <= INT32_MAX,
               "flint.decode_attention: 16 * max_blocks and num_blocks must fit int32, got "

@@ -73,11 +73,11 @@ WorkspaceLease lease_workspace(const at::Device& device, cudaStream_t stream) {
     const int64_t max_partials = kMaxPartialsPerSm * num_sms;
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
     DeviceState st;
-    st.part_o = at::empty({max_partials, kGqa, kHeadDim}, f32);
-    st.part_ml = at::empty({max_partials, 2, kGqa}, f32);
-    st.counters = at::zeros({max_partials * kGqa}, f32.dtype(at::kInt));
+    st.part_o = at::empty({max_partials, kRowTile, kHeadDim}, f32);
+    st.part_ml = at::empty({max_partials, 2, kRowTile}, f32);
+    st.counters = at::zeros({max_partials * kRowTile}, f32.dtype(at::kInt));
     st.ws = {st.part_o.data_ptr<float>(), st.part_ml.data_ptr<float>(),
-             st.counters.data_ptr<int32_t>(), max_partials, max_partials * kGqa};
+             st.counters.data_ptr<int32_t>(), max_partials, max_partials * kRowTile};
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&st.eager.done, cudaEventDisableTiming));
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&st.captured.done, cudaEventDisableTiming));
     it = states.emplace(device.index(), std::move(st)).first;

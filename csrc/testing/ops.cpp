@@ -64,6 +64,21 @@ std::vector<int64_t> default_plan_op(const at::Tensor& q, const at::Tensor& kv_c
   return to_ints(default_plan({q, kv_cache, q, q, none, window, 1.0, q, none, none, none}));
 }
 
+// The shape of a call as the plan sees it: batch, kv heads, window, query
+// tokens, group and the row tiles they make (DecodeParams::tiles).
+DecodeParams call_shape(const at::Tensor& q, const at::Tensor& kv_cache,
+                        std::optional<int64_t> window) {
+  DecodeParams p{};
+  p.batch = static_cast<int>(q.size(0));
+  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
+  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  p.q_tokens = q.dim() == 4 ? static_cast<int>(q.size(1)) : 1;
+  p.group = static_cast<int>(q.size(-2) / kv_cache.size(1));
+  p.row_tiles = (p.group * p.q_tokens + kRowTile - 1) / kRowTile;
+  p.tiles = p.num_kv_heads * p.row_tiles;
+  return p;
+}
+
 // The split kernels' plan (what plan_launch picks for sliding windows and
 // short full-attention calls), or with !split_rules plan_launch's own.
 LaunchPlan plan_of(int batch, int kvh, int window, KvDtype kv, int sms, bool split_rules) {
@@ -78,8 +93,8 @@ std::vector<int64_t> split_rules_plan_op(const at::Tensor& q, const at::Tensor& 
   const int sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
   const KvDtype kv =
       kv_cache.scalar_type() == at::kFloat8_e4m3fn ? KvDtype::kFp8E4m3 : KvDtype::kBf16;
-  return to_ints(plan_of(static_cast<int>(q.size(0)), static_cast<int>(kv_cache.size(1)),
-                         window_tokens(window), kv, sms, true));
+  const DecodeParams p = call_shape(q, kv_cache, window);
+  return to_ints(plan_of(p.batch, p.tiles, window_tokens(window), kv, sms, true));
 }
 
 // The plan of a call of this shape on a GPU of `sms` SMs (kv 0: bf16, 1:
@@ -110,9 +125,7 @@ std::vector<int64_t> variant_op(int64_t i) {
 LaunchShape shape_of_call(const at::Tensor& q, const at::Tensor& kv_cache,
                           std::optional<int64_t> window, const LaunchPlan& plan, DecodeParams& p) {
   const c10::cuda::CUDAGuard guard(q.device());
-  p.batch = static_cast<int>(q.size(0));
-  p.num_kv_heads = static_cast<int>(kv_cache.size(1));
-  p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
+  p = call_shape(q, kv_cache, window);
   LaunchShape shape{};
   C10_CUDA_CHECK(launch_shape(p, plan, q.device().index(), &shape));
   return shape;
@@ -134,9 +147,9 @@ std::vector<int64_t> division_op(const at::Tensor& q, const at::Tensor& kv_cache
   const int max_blocks = static_cast<int>(block_tables.size(1));
   const int cost = piece_cost_units(plan.kv);
   for (int64_t b = 0; b < lens.size(0); ++b)
-    total += segment_units(seq_extent(lens.data_ptr<int32_t>()[b], p.window, max_blocks).num_pages,
+    total += segment_units(seq_extent(lens.data_ptr<int32_t>()[b], p.window, p.q_tokens, max_blocks).num_pages,
                            cost);
-  total *= p.num_kv_heads;
+  total *= p.tiles;
   const Division d = divide_pages(total, static_cast<int>(shape.grid.x), plan.warps,
                                   plan.stages - 1);
   return {shape.grid.x, std::min(d.cta_pages, total), total, d.per_warp, d.cta_pages, cost};
@@ -163,16 +176,16 @@ std::vector<int64_t> cta_pages_op(const at::Tensor& q, const at::Tensor& kv_cach
   std::vector<int> pages(p.batch);
   int total = 0;
   for (int b = 0; b < p.batch; ++b) {
-    pages[b] = std::max(seq_extent(lens.data_ptr<int32_t>()[b], p.window, max_blocks).num_pages, 0);
+    pages[b] = std::max(seq_extent(lens.data_ptr<int32_t>()[b], p.window, p.q_tokens, max_blocks).num_pages, 0);
     total += pages[b];
   }
   const int64_t grid = int64_t(shape.grid.x) * shape.grid.y * shape.grid.z;
   std::vector<int64_t> out(grid, 0);
   if (plan.kind == KernelKind::kWarpPerHead) {
     // Warp w of CTA c: pairs c + (w + i x warps) x grid.
-    const int64_t pairs = int64_t(p.batch) * p.num_kv_heads;
+    const int64_t pairs = int64_t(p.batch) * p.tiles;
     for (int64_t pair = 0; pair < pairs; ++pair)
-      out[pair % grid] += pages[pair / p.num_kv_heads];
+      out[pair % grid] += pages[pair / p.tiles];
     return out;
   }
   // Split and cluster kernels: grid (splits, kv heads, batch); every kv head
@@ -199,10 +212,10 @@ std::vector<int64_t> cta_pages_op(const at::Tensor& q, const at::Tensor& kv_cach
       for (int w = 0; w < st.warps; ++w)
         head[at + split] += interleaved_pages(pages[b], split * st.warps + w, st.splits * st.warps);
   }
-  for (int kvh = 0; kvh < p.num_kv_heads; ++kvh)
+  for (int u = 0; u < p.tiles; ++u)
     for (size_t f = 0; f < head.size(); ++f) {
       const int64_t b = int64_t(f) / max_splits, x = int64_t(f) % max_splits;
-      out[(b * p.num_kv_heads + kvh) * max_splits + x] = head[f];
+      out[(b * p.tiles + u) * max_splits + x] = head[f];
     }
   return out;
 }

@@ -1,8 +1,8 @@
 // Test-only op flint_testing::pdl_token_writer: a kernel that behaves like a
 // PDL-aware KV-cache writer placed right before decode_attention. It triggers
-// its dependents first, waits, then writes q and the current token's K/V, so a
-// decode kernel that touched q or the current page before griddepcontrol.wait
-// would read stale values. Used by tests/test_pdl.py; registered in
+// its dependents first, waits, then writes q and the new tokens' K/V, so a
+// decode kernel that touched q or a new token's page before
+// griddepcontrol.wait would read stale values. Used by tests/test_pdl.py; registered in
 // ops.cpp.
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -24,7 +24,7 @@ __global__ void pdl_token_writer_kernel(const uint16_t* src_q, uint16_t* q, int 
   ptx::launch_dependents();
   // Give the dependent grid time to start and run its prologue.
   for (int waited = 0; waited < delay_ns; waited += 1000) __nanosleep(1000);
-  const int b = blockIdx.x;
+  const int b = blockIdx.x;  // one (request, new token) slot; q_elems: its q rows
   for (int i = threadIdx.x; i < q_elems; i += blockDim.x)
     q[int64_t(b) * q_elems + i] = src_q[int64_t(b) * q_elems + i];
   for (int i = threadIdx.x; i < num_kv_heads * row_bytes; i += blockDim.x) {
@@ -36,8 +36,9 @@ __global__ void pdl_token_writer_kernel(const uint16_t* src_q, uint16_t* q, int 
 
 }  // namespace
 
-// src_q, q: [B, H, 128] contiguous bf16; src_kv: [B, num_kv_heads, 256] of the cache's dtype;
-// kv_cache: the decode op's cache; block, row: [B] int32 (the current token's slot).
+// src_q, q: [B, H, 128] or [B, Q, H, 128] contiguous bf16; src_kv: [B Q,
+// num_kv_heads, 256] of the cache's dtype; kv_cache: the decode op's cache;
+// block, row: [B Q] int32 (the new tokens' slots, request-major).
 void pdl_token_writer(const at::Tensor& src_q, const at::Tensor& q, const at::Tensor& src_kv,
                       const at::Tensor& kv_cache, const at::Tensor& block, const at::Tensor& row,
                       int64_t delay_ns) {
@@ -48,11 +49,13 @@ void pdl_token_writer(const at::Tensor& src_q, const at::Tensor& q, const at::Te
               "pdl_token_writer: src_kv must have kv_cache's dtype");
   const int64_t elem = kv_cache.element_size();
   const c10::cuda::CUDAGuard guard(q.device());
-  const int batch = static_cast<int>(q.size(0));
-  if (batch == 0) return;
-  pdl_token_writer_kernel<<<batch, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+  const int slots = static_cast<int>(block.size(0));
+  if (slots == 0) return;
+  TORCH_CHECK(q.numel() % slots == 0 && row.size(0) == slots && src_kv.size(0) == slots,
+              "pdl_token_writer: one block, row and src_kv row per (request, new token)");
+  pdl_token_writer_kernel<<<slots, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const uint16_t*>(src_q.data_ptr()), reinterpret_cast<uint16_t*>(q.data_ptr()),
-      static_cast<int>(q.size(1) * q.size(2)), static_cast<const uint8_t*>(src_kv.data_ptr()),
+      static_cast<int>(q.numel() / slots), static_cast<const uint8_t*>(src_kv.data_ptr()),
       static_cast<uint8_t*>(kv_cache.data_ptr()), kv_cache.stride(0) * elem,
       kv_cache.stride(1) * elem, static_cast<int>(256 * elem), block.data_ptr<int32_t>(),
       row.data_ptr<int32_t>(), static_cast<int>(kv_cache.size(1)), static_cast<int>(delay_ns));

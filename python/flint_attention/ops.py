@@ -20,8 +20,8 @@ PAGE_TOKENS = 16  # tokens per cache block
 HEAD_DIMS = (64, 128, 256)  # the head dims the op takes
 MAX_GROUP = 16  # query heads per kv head: 1 to 16
 MAX_QUERY_TOKENS = 8  # query tokens per request: 1 to 8
-# The shape the CUDA kernels are compiled for today (the CPU path takes every
-# shape above), and the default of the testing helpers.
+# The head_dim the CUDA kernels are compiled for today (the CPU path takes
+# every head dim above), and the testing helpers' default shape.
 HEAD_DIM = 128
 GQA = 8
 
@@ -171,8 +171,8 @@ def flint_decode_attention(
     bf16 inputs, fp32 accumulation, P rounded to bf16 for P V. A token with no
     position (t < 0, e.g. ``seq_lens[b] == 0``) writes zeros and an lse of
     its sink (-inf without sinks). The CUDA kernels of this build serve head
-    dim 128, group 8, one query token, with sinks and without lse; other
-    shapes run on CPU tensors and raise a clear error on CUDA ones.
+    dim 128 (every group and query-token count, sinks or none, lse or none);
+    other head dims run on CPU tensors and raise a clear error on CUDA ones.
 
     Non-finite values (docs/semantics.md): the formula in the limit. NaN in
     q[b, h] or sinks[h] makes that head NaN, in an attended K row the heads
