@@ -14,13 +14,16 @@ Rows (bench_grid.py; --list-rows prints each one's lengths and shape)
     and its 128-token window layers), Llama-3.1-8B (G 4), Qwen3-235B at TP4
     (G 16, 1 kv head), GLM-4.5 (G 12), MiniMax-M2 (G 6), Qwen3.5 (G 8, D 256,
     2 kv heads), no sinks but gpt-oss's -- each in uniform b1, b8 and b32 rows
-    and one serving-shaped row. Every row has an fp8 twin
+    and one serving-shaped row. The group "spec" (--rows spec): speculative
+    decoding, Q = 2, 4 and 8 query tokens per request (<row>_q<Q>, q and out
+    [B, Q, H, D], token i at position seq_len - Q + i, causal) on b1_l8k,
+    b32_l1k, srv_s24_r20_1k8k, swa128_b16_l8k and h1_b8_l8k. Every row has an fp8 twin
     (<name>_fp8): the same lengths, tables and queries on an e4m3 cache
     holding the same values quantized (per-tensor scales, dequantized =
     stored x scale).
 
 What is timed
-    One query token per request, the row's G and head_dim D, HND cache
+    One query token per request (the spec rows: Q), the row's G and head_dim D, HND cache
     [num_blocks, kv_heads, 16, 2 D] (K in [..., :D], V in [..., D:]), fp32
     sinks or none, scale D**-0.5. Each row rotates over enough input sets (block
     placements with their own q and out) that one rotation touches >= 3 x L2:
@@ -28,13 +31,16 @@ What is timed
     call on set 0 checked against the float64 reference of
     flint_attention.testing (the first, last, longest and shortest requests
     and a padding row, gathering only their pages) -- a mismatch is reported,
-    never timed; then one CUDA graph of N back-to-back calls rotating over the
+    never timed (rows of Q > 1 query tokens: also a short-request probe of the
+    same shape, bench_gpu.draft_probe, where a wrong mask within the draft
+    shows); then one CUDA graph of N back-to-back calls rotating over the
     sets (N ~ 5 ms of work at the floor, at least 8 and every set once), 3
     warm-up replays, the median of 20 timed replays; µs per call = replay / N.
 
 Floors and goals
     KV bytes = attended K+V bytes (positions x kv heads x 2 D x 2 bytes bf16 /
-    1 byte fp8). floor = KV bytes / the ceiling measured in this run (the best
+    1 byte fp8; with Q query tokens the union of their spans, read once: W + Q
+    - 1 positions with a window W). floor = KV bytes / the ceiling measured in this run (the best
     of a few plain streaming reads of a 4 GiB buffer); % ceil = (KV bytes /
     time) / ceiling. goal = KV bytes at 4.5 TB/s / 0.93 + 3 µs, stretch = /
     0.95 + 2 µs (a fixed bandwidth: goals do not move with the machine). balance = the slowest CTA's pages / the mean,
@@ -51,10 +57,13 @@ missing, "not served: <the error's first line>")
     flint-balanced the balanced kernel's plan (plans.balanced_plan), forced on
                    every row: what the op launches for the other full-attention calls
     vllm-triton    vLLM's Triton unified attention (.peers/vllm_triton, peers/README.md),
-                   on views of the same cache, sinks, window, fp8 descales
+                   on views of the same cache, sinks, window, fp8 descales; Q > 1:
+                   cu_seqlens_q = arange(B + 1) * Q, max_seqlen_q = Q
     xqa            FlashInfer trtllm_batch_decode_with_kv_cache(backend="xqa"), HND
-                   views, sinks, window_left = W - 1, fp8 scales (peer_xqa.py)
-    sdpa           torch SDPA on a dense copy, no sinks (uniform bf16 rows only)
+                   views, sinks, window_left = W - 1, fp8 scales (peer_xqa.py); Q > 1:
+                   q_len_per_req = Q with a causal draft mask
+    sdpa           torch SDPA on a dense copy, no sinks (uniform bf16 rows of one
+                   query token only)
 
 Robustness
     The run is a supervisor and a worker process. The worker measures and
@@ -75,6 +84,7 @@ Outputs
 Usage (GPU)
     python benchmarks/bench_decode.py --out-dir $OUT                 # the core rows
     python benchmarks/bench_decode.py --rows models --out-dir $OUT   # the models' rows
+    python benchmarks/bench_decode.py --rows spec --impls flint,vllm-triton,xqa --budget-s 420 --out-dir $OUT
     python benchmarks/bench_decode.py --rows legacy --kv-dtypes bf16 --impls flint,xqa
     python benchmarks/bench_decode.py --rows 'srv_*,b1_l8k_fp8' --budget-s 120
 Without a GPU: --dry-run prints every row, its bytes, floors and an estimate of
@@ -143,8 +153,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     sel = p.add_argument_group("rows")
     sel.add_argument("--rows", help="comma-separated row names, shell patterns (srv_*), groups "
-                     "(legacy, serving, core, models, all; default: core), <name>_fp8 for a twin "
-                     "alone, custom:B,kvH,L[,W[,G,D[,S]]] (';'-separated when several)")
+                     "(legacy, serving, core, models, spec, all; default: core), <name>_fp8 for a twin "
+                     "alone, custom:B,kvH,L[,W[,G,D[,S[,Q]]]] (';'-separated when several)")
     sel.add_argument("--quick", action="store_true", help=f"only {', '.join(grid.QUICK_ROWS)}")
     sel.add_argument("--kv-dtypes", default="bf16,fp8", help="twins to run: bf16, fp8 or both")
     sel.add_argument("--list-rows", action="store_true", help="list the rows and their lengths, and exit")
@@ -270,7 +280,7 @@ def base_result(row: grid.Row, ceiling_tbps: float, n_sets: int, n_calls: int) -
     return {
         "row": row.name, "kv_dtype": row.kv_dtype, "twin": row.twin, "group": row.group,
         "batch": row.batch, "kv_heads": row.kv_heads, "gqa": row.gqa, "head_dim": row.head_dim,
-        "sinks": row.sinks, "model": row.model, "seq_len": row.seq_len, "window": row.window,
+        "sinks": row.sinks, "q_tokens": row.q_tokens, "model": row.model, "seq_len": row.seq_len, "window": row.window,
         "table_width": row.width, "placement": row.placement, "spec": row.spec,
         "lengths": {"count": s.count, "padding": s.padding, "min": s.min, "median": s.median,
                     "max": s.max, "attended_tokens": s.attended_tokens, "attended_pages": s.attended_pages},
@@ -295,9 +305,9 @@ def est_seconds(row: grid.Row, n_calls: int, args, impls: int) -> float:
 def impl_class(name: str, row: grid.Row) -> list:
     """Rows on which a fatal error of implementation ``name`` is expected to
     recur: same implementation, kv dtype, window or not, padding or not, and
-    shape (G, D, sinks)."""
+    shape (G, D, sinks, query tokens per request)."""
     return [name, row.kv_dtype, row.window is not None, row.summary.padding > 0, row.gqa, row.head_dim,
-            row.sinks]
+            row.sinks, row.q_tokens]
 
 
 def test_fault(row: str, impl: str) -> None:
@@ -378,7 +388,8 @@ def plan_rows(args, ceiling_tbps: float, l2: int) -> tuple[list[dict], float]:
     for r in args.row_list:
         n = grid.num_sets(r, target)
         calls = grid.num_calls(r, n, ceiling_tbps, args.target_us, args.min_calls, args.max_calls)
-        k = n_impls - (1 if "sdpa" in args.impl_list and (r.kv_dtype != "bf16" or r.lengths) else 0)
+        k = n_impls - (1 if "sdpa" in args.impl_list and (r.kv_dtype != "bf16" or r.lengths or r.q_tokens > 1)
+                       else 0)
         est = est_seconds(r, calls, args, k)
         total += est
         out.append({"row": r, "sets": n, "calls": calls, "est_s": est})
@@ -401,9 +412,11 @@ def dry_run(args) -> int:
         emit(f"| {r.name} | {r.summary.describe()} | {r.kv_bytes / 1e6:.1f} | "
              f"{r.floor_us(ceiling_tbps):.2f} | {r.goal_us():.2f} | {p['sets']} | {p['calls']} | "
              f"{p['est_s']:.1f} |")
+    n_xqa = len({G.xqa_variant(r) for r in args.row_list}) if "xqa" in args.impl_list else 0
     emit(f"\nestimated GPU time: {total:.0f} s of measurements for {len(planned)} rows x "
          f"{len(args.impl_list)} implementations, plus the ceiling (~3 s), the pool fill (~1 s), "
-         f"FlashInfer's XQA builds (~20-40 s, overlapped with the first rows) and Triton's JIT "
+         f"FlashInfer's XQA builds ({n_xqa} modules in one ninja run, ~20-40 s per 4, overlapped with "
+         f"the first rows) and Triton's JIT "
          f"(a few s per kernel variant, {args.jit_warmers} processes compiling ahead); "
          f"--budget-s {args.budget_s:g}\n")
 
@@ -490,15 +503,23 @@ def peer_cpu_checks(args) -> list[str]:
 
 
 def vllm_specs(rows: list[grid.Row]) -> list[dict]:
-    """The distinct call shapes of ``rows`` for vLLM's kernels."""
+    """The distinct call shapes of ``rows`` for vLLM's kernels (and of the
+    draft probes of rows of Q > 1 query tokens: bench_gpu.draft_probe)."""
     from benchmarks.peers import peer_vllm
 
     specs = []
     for r in rows:
         s = peer_vllm.warm_spec(r.batch, r.kv_heads, r.window, r.kv_dtype, r.width, r.gqa, r.head_dim,
-                                r.sinks)
-        if s not in specs:
-            specs.append(s)
+                                r.sinks, r.q_tokens)
+        todo = [s]
+        if r.q_tokens > 1:
+            split = peer_vllm.uses_split_kernel(r.batch, r.kv_heads, r.q_tokens, r.gqa)
+            todo.append(peer_vllm.warm_spec(len(grid.probe_lengths(r.q_tokens)), r.kv_heads, r.window,
+                                            r.kv_dtype, grid.PROBE_WIDTH, r.gqa, r.head_dim, r.sinks, r.q_tokens,
+                                            split))
+        for t in todo:
+            if t not in specs:
+                specs.append(t)
     return specs
 
 
@@ -628,7 +649,7 @@ class Worker:
         # (XQA's first call), fails the same way on every row of its dtype and
         # window: say so instead of paying for the build again.
         broken = self.meta.setdefault("broken", {})
-        key = f"{name}/{row.kv_dtype}/{'window' if row.window else 'full'}/{row.shape}"
+        key = f"{name}/{row.kv_dtype}/{'window' if row.window else 'full'}/{row.shape}"  # shape: Q too
         peer = name in ("fi-xqa", "vllm-triton")
         if peer and key in broken:
             r.update(status="missing", reason=broken[key])
@@ -648,6 +669,9 @@ class Worker:
         except self.G.Unavailable as e:
             r.update(status="missing", reason=str(e))
             return
+        except self.G.Mismatch as e:  # a check made while setting up (the draft probe)
+            r.update(status="mismatch", reason=oneline(str(e)))
+            return
         except Exception as e:  # noqa: BLE001
             r.update(status="missing", reason="setup raised " + oneline(f"{type(e).__name__}: {e}"))
             if is_fatal(e):
@@ -655,6 +679,8 @@ class Worker:
             return
         if impl.note:
             r["note"] = impl.note
+        if impl.probe_err is not None:  # Q > 1: the draft probe passed (bench_gpu.draft_probe)
+            r["probe_err"] = impl.probe_err
         self.measure(impl, r, inp, row.kv_dtype, n_calls, where=(row.name, name, cls))
 
     def run_row(self, row: grid.Row, inp, n_sets: int, t_row: float) -> dict:
@@ -672,7 +698,7 @@ class Worker:
             prior = res["impls"].get(name, {})
             if prior.get("status") in ("ok", "unchecked", "mismatch", "error", "missing", "skipped"):
                 continue  # measured (or failed) by a previous worker
-            if name == "sdpa" and (row.kv_dtype != "bf16" or row.lengths is not None):
+            if name == "sdpa" and (row.kv_dtype != "bf16" or row.lengths is not None or row.q_tokens > 1):
                 continue
             t0 = time.time()
             waited = self.prebuild_waited() - waited0

@@ -24,7 +24,7 @@ from benchmarks.peers import peer_vllm, peer_xqa
 # The inputs' fp8 scales and the bounds outputs are held to (Flint: the
 # package's; peers: looser ones that still catch wrong semantics).
 from benchmarks.peers.checks import FLINT_TOL, K_SCALE, PEER_TOL, V_SCALE
-from flint_attention.testing import Tolerance, error_report, reference_decode_attention
+from flint_attention.testing import Tolerance, error_report, make_paged_inputs, reference_decode_attention
 from flint_attention.testing import serving as S
 from flint_attention.testing.inputs import FP8_MAX
 
@@ -34,6 +34,12 @@ DTYPES = {"bf16": torch.bfloat16, "fp8": FP8}
 
 class Unavailable(Exception):
     """An implementation that cannot run here (reason in the message)."""
+
+
+class Mismatch(Exception):
+    """An implementation whose output differs from the float64 reference in
+    a check made while setting it up (draft_probe); reported as a mismatch,
+    never timed."""
 
 
 # --- inputs -----------------------------------------------------------------------------
@@ -107,7 +113,7 @@ class RowInputs:
     row: Row  # the bf16 row
     seq_lens: torch.Tensor  # [B] int32
     sinks: torch.Tensor | None  # [Hq] fp32, None for a row without sinks
-    qs: list[torch.Tensor]  # per set [B, Hq, D] bf16
+    qs: list[torch.Tensor]  # per set [B, Hq, D] bf16 ([B, Q, Hq, D] for Q > 1 query tokens)
     tables: list[torch.Tensor]  # per set [B, width] int32
     caches: dict[str, torch.Tensor]  # kv dtype -> [num_blocks, kvH, 16, 2 D]
     k_scale: torch.Tensor
@@ -135,14 +141,15 @@ def draw_tables(row: Row, num_blocks: int, n_sets: int, seed: int) -> torch.Tens
     """[n_sets, B, width] int32 (CPU): the row's placements. Pool rows draw
     every request's attended pages at random from the whole pool; compact rows
     give each set its own range of exactly its attended blocks, in shuffled
-    order."""
+    order. Attended: the union of the request's query tokens' spans
+    (Row.kv_window)."""
     if row.placement == "pool":
-        return S.draw_block_tables(row.seq_lens, row.window, num_blocks, row.width, n_sets, seed)
+        return S.draw_block_tables(row.seq_lens, row.kv_window, num_blocks, row.width, n_sets, seed)
     per_set = row.attended_blocks
     assert num_blocks >= per_set * n_sets, (num_blocks, per_set, n_sets)
     tables = []
     for s in range(n_sets):
-        t = S.draw_block_tables(row.seq_lens, row.window, per_set, row.width, 1, seed + s)
+        t = S.draw_block_tables(row.seq_lens, row.kv_window, per_set, row.width, 1, seed + s)
         tables.append(t + s * per_set)
     return torch.cat(tables)
 
@@ -175,8 +182,10 @@ def build_inputs(row: Row, n_sets: dict[str, int], shared: SharedPools | None, s
     num_blocks = next(iter(caches.values())).shape[0]
     tables = draw_tables(row, num_blocks, total, seed)
     gen = torch.Generator(device=device).manual_seed(seed)
-    qs = [torch.randn(row.batch, row.num_heads, D, generator=gen, device=device,
-                      dtype=torch.bfloat16) for _ in range(total)]
+    # One query token: q [B, Hq, D]; Q > 1 (speculative decoding): [B, Q, Hq, D],
+    # as flint_attention.testing.make_paged_inputs(q_tokens=Q) makes them.
+    rows = (row.batch, row.num_heads) if row.q_tokens == 1 else (row.batch, row.q_tokens, row.num_heads)
+    qs = [torch.randn(*rows, D, generator=gen, device=device, dtype=torch.bfloat16) for _ in range(total)]
     # Sinks around log(median attended positions): the sink takes a large share
     # of the softmax, so a kernel (or a call) that drops it fails the check.
     attended = [len(S.attended_span(n, row.window)) for n in row.seq_lens if n > 0]
@@ -191,7 +200,7 @@ def build_inputs(row: Row, n_sets: dict[str, int], shared: SharedPools | None, s
 
 
 def reference(inp: RowInputs, kv_dtype: str, idx: list[int]) -> torch.Tensor:
-    """float64 [len(idx), Hq, D] outputs of set 0 for requests ``idx``,
+    """float64 [len(idx), Hq, D] ([len(idx), Q, Hq, D]) outputs of set 0 for requests ``idx``,
     gathering only their attended pages (on the inputs' device); the row's
     G, D and sinks (None: no sink term) follow from the tensors."""
     key = (kv_dtype, tuple(idx))
@@ -339,6 +348,7 @@ class Impl:
     note: str = ""
     prefill: list = field(default_factory=list)  # outputs poisoned (NaN) before the check
     sinkless: bool = False
+    probe_err: float | None = None  # Q > 1: the draft probe's relative error (draft_probe)
 
 
 def import_flint():
@@ -366,6 +376,35 @@ def plan_of(fn, *args):
         return fn(*args)
     except ImportError as e:
         raise Unavailable(f"plans unavailable: {type(e).__name__}: {e}") from e
+
+
+# --- query tokens: the draft probe ------------------------------------------------------
+
+
+def draft_probe(row: Row, kv_dtype: str, device, call, tol: Tolerance) -> float:
+    """For Q > 1 query tokens per request: ``call(inputs) -> out`` on a small
+    batch of the row's shape (G, D, sinks, window, Q, cache dtype) whose
+    requests are barely longer than the draft (grid.probe_lengths), checked
+    against the float64 reference. The row's own check cannot tell a wrong
+    mask within the draft on long requests (Q - 1 positions among thousands
+    move the output by less than a peer's bound); these short ones can.
+    Returns the relative error (Frobenius); raises Mismatch."""
+    fp8 = kv_dtype == "fp8"
+    lens = grid.probe_lengths(row.q_tokens)
+    p = make_paged_inputs(len(lens), list(lens), row.kv_heads, row.window, device, poison=False,
+                          max_blocks=grid.PROBE_WIDTH, seed=17, kv_dtype=DTYPES[kv_dtype],
+                          k_scale=K_SCALE if fp8 else None, v_scale=V_SCALE if fp8 else None,
+                          group=row.gqa, head_dim=row.head_dim, q_tokens=row.q_tokens, with_sinks=row.sinks)
+    out = call(p)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    ref = reference_decode_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, p.sinks, row.window,
+                                     row.scale, p.k_scale, p.v_scale)
+    rep = error_report(out, ref, tol)
+    if not rep.ok(tol):
+        raise Mismatch(f"draft probe (requests of {'/'.join(map(str, lens))} tokens, {row.q_tokens} query "
+                       f"tokens each) differs from the float64 reference: {rep.describe(tol)}")
+    return rep.rel_fro
 
 
 def _outs(inp: RowInputs, kv_dtype: str) -> list[torch.Tensor]:
@@ -407,7 +446,12 @@ def make_flint(inp: RowInputs, kv_dtype: str) -> Impl:
     fns = [functools.partial(op, inp.qs[s], kv, inp.tables[s], inp.seq_lens, inp.sinks, row.window,
                              row.scale, outs[s], k_scale=ks, v_scale=vs) for s in inp.sets(kv_dtype)]
     try_call(fns[0], inp.device)
-    return Impl(fns, FLINT_TOL, grid.check_requests(row), prefill=outs)
+    probe = None
+    if row.q_tokens > 1:
+        probe = draft_probe(row, kv_dtype, inp.device, lambda p: op(
+            p.q, p.kv_cache, p.block_tables, p.seq_lens, p.sinks, row.window, row.scale, p.out,
+            k_scale=p.k_scale, v_scale=p.v_scale), FLINT_TOL)
+    return Impl(fns, FLINT_TOL, grid.check_requests(row), prefill=outs, probe_err=probe)
 
 
 def make_flint_split(inp: RowInputs, kv_dtype: str) -> Impl:
@@ -456,7 +500,8 @@ def plan_balance(inp: RowInputs, kv_dtype: str, split: bool = False) -> dict:
         plans = import_plans()
         row, q, kv = inp.row, inp.qs[0], inp.cache(kv_dtype)
         plan = plan_of(plans.split_rules_plan if split else plans.default_plan, q, kv, row.window)
-        mx, mean = plan.balance(list(row.seq_lens), row.window, row.kv_heads)
+        # Pages of each request's union span (W + Q - 1 positions with a window).
+        mx, mean = plan.balance(list(row.seq_lens), row.kv_window, row.kv_heads)
         return {"plan": plan.name, "max_pages": int(mx), "mean_pages": float(mean),
                 "ratio": float(mx) / float(mean) if mean else None}
     except Exception as e:  # noqa: BLE001 (a balance is information, never fatal)
@@ -479,7 +524,8 @@ def flashinfer_workspace(device) -> torch.Tensor:
 
 def xqa_variant(row: Row) -> tuple:
     """The XQA module a row's calls need (peer_xqa.variant)."""
-    return peer_xqa.variant(row.kv_dtype == "fp8", row.window is not None, row.head_dim, row.gqa)
+    return peer_xqa.variant(row.kv_dtype == "fp8", row.window is not None, row.head_dim, row.gqa,
+                            row.q_tokens)
 
 
 def make_xqa(inp: RowInputs, kv_dtype: str, prebuild_timeout: float = 300.0) -> Impl:
@@ -498,14 +544,38 @@ def make_xqa(inp: RowInputs, kv_dtype: str, prebuild_timeout: float = 300.0) -> 
             raise Unavailable(why)
     ws = flashinfer_workspace(inp.device)
     outs = _outs(inp, kv_dtype)
+    # Q > 1: the causal draft mask, one for all sets (read-only).
+    mask = peer_xqa.causal_mask(row.batch, row.q_tokens, inp.device) if row.q_tokens > 1 else None
     fns = []
     for s in inp.sets(kv_dtype):
         kw = peer_xqa.call_kwargs(inp.qs[s], kv, ws, inp.tables[s], inp.seq_lens, inp.sinks, row.window,
                                   row.scale, outs[s], max(row.seq_lens),
-                                  K_SCALE if fp8 else None, V_SCALE if fp8 else None)
+                                  K_SCALE if fp8 else None, V_SCALE if fp8 else None, mask=mask)
         fns.append(functools.partial(trtllm_batch_decode_with_kv_cache, **kw))
     note = f"flashinfer {fi.__version__} backend=xqa" + (" (fp8 cache, bf16 q/out)" if fp8 else "")
-    return Impl(fns, PEER_TOL[kv_dtype], grid.check_requests(row, peers=True), note, prefill=outs)
+    checked = None
+    if row.q_tokens > 1:
+
+        def probe(p):
+            kw = peer_xqa.call_kwargs(p.q, p.kv_cache, ws, p.block_tables, p.seq_lens, p.sinks, row.window,
+                                      row.scale, p.out, int(p.seq_lens.max()), K_SCALE if fp8 else None,
+                                      V_SCALE if fp8 else None,
+                                      mask=peer_xqa.causal_mask(len(p.seq_lens), row.q_tokens, inp.device))
+            trtllm_batch_decode_with_kv_cache(**kw)
+            return p.out
+
+        try:
+            checked = draft_probe(row, kv_dtype, inp.device, probe, PEER_TOL[kv_dtype])
+        except Mismatch:
+            raise
+        except Exception as e:  # noqa: BLE001 (a refusal of the call: the row's column says why)
+            if grid.FATAL_ERROR.search(str(e)):
+                raise
+            raise Unavailable(f"a call with {row.q_tokens} query tokens per request raised: "
+                              f"{first_line(e)}") from e
+        note += f", q_len_per_req={row.q_tokens} with a causal draft mask"
+    return Impl(fns, PEER_TOL[kv_dtype], grid.check_requests(row, peers=True), note, prefill=outs,
+                probe_err=checked)
 
 
 def make_vllm(inp: RowInputs, kv_dtype: str) -> Impl:
@@ -516,7 +586,7 @@ def make_vllm(inp: RowInputs, kv_dtype: str) -> Impl:
         raise Unavailable(str(e)) from e
     row, kv = inp.row, inp.cache(kv_dtype)
     ks, vs = inp.scales(kv_dtype)
-    scratch = peer_vllm.make_scratch(row.num_heads, row.kv_heads, inp.device, row.head_dim)
+    scratch = peer_vllm.make_scratch(row.num_heads, row.kv_heads, inp.device, row.head_dim, row.q_tokens)
     outs = _outs(inp, kv_dtype)
     fns = []
     for s in inp.sets(kv_dtype):
@@ -524,9 +594,24 @@ def make_vllm(inp: RowInputs, kv_dtype: str) -> Impl:
                                      row.window, row.scale, outs[s], scratch, max(row.seq_lens), ks, vs)
         fns.append(functools.partial(_call_then_return, m.unified_attention, kw, outs[s]))
     src = peer_vllm.source_info()
-    path = "3D split-K" if peer_vllm.uses_split_kernel(row.batch, row.kv_heads) else "2D"
+    split = peer_vllm.uses_split_kernel(row.batch, row.kv_heads, row.q_tokens, row.gqa)
+    path = "3D split-K" if split else "2D"
+    checked = None
+    if row.q_tokens > 1:
+
+        def probe(p):  # the row's kernel (split-K or 2D) on the probe's batch
+            scr = (peer_vllm.make_scratch(row.num_heads, row.kv_heads, inp.device, row.head_dim, row.q_tokens)
+                   if split else peer_vllm.NO_SPLIT)
+            m.unified_attention(**peer_vllm.decode_kwargs(
+                m, p.q, p.kv_cache, p.block_tables, p.seq_lens, p.sinks, row.window, row.scale, p.out, scr,
+                int(p.seq_lens.max()), p.k_scale, p.v_scale))
+            return p.out
+
+        path += f", max_seqlen_q={row.q_tokens}"
+        checked = draft_probe(row, kv_dtype, inp.device, probe, PEER_TOL[kv_dtype])
     note = f"vllm {src.get('vllm_version', '?')} triton_unified_attention ({path})"
-    return Impl(fns, PEER_TOL[kv_dtype], grid.check_requests(row, peers=True), note, prefill=outs)
+    return Impl(fns, PEER_TOL[kv_dtype], grid.check_requests(row, peers=True), note, prefill=outs,
+                probe_err=checked)
 
 
 def _call_then_return(fn, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
@@ -573,8 +658,8 @@ def make_sdpa(inp: RowInputs, kv_dtype: str) -> Impl:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     row = inp.row
-    if kv_dtype != "bf16" or row.lengths is not None:
-        raise Unavailable("sdpa runs on the uniform bf16 rows only")
+    if kv_dtype != "bf16" or row.lengths is not None or row.q_tokens > 1:
+        raise Unavailable("sdpa runs on the uniform bf16 rows of one query token only")
     fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
     if not inp.dense:
         build_dense(inp)

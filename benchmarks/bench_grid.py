@@ -20,6 +20,13 @@ per model a b1 and a b8 uniform row, a b32 uniform row and a serving-shaped
 row (the lengths of ``srv_b32_logu32k``), and for gpt-oss its sliding-window
 layers (``swa128_oss120_*``).
 
+The group "spec" holds speculative-decoding calls: rows with ``q_tokens`` Q =
+2, 4 and 8 query tokens per request (names ``<row>_q<Q>``), twins of a few
+core shapes (G 8, D 128, sinks). Query token i of a request of seq_len L sits
+at position L - Q + i and attends causally; the K/V bytes a call needs are
+those of the union of its tokens' spans, counted once per (request, kv head):
+with a window W, the last W + Q - 1 positions (clipped to L).
+
 Every row has an fp8 twin (``<name>_fp8``): the same lengths, block
 tables and queries on an e4m3 cache holding the same values quantized.
 """
@@ -73,6 +80,7 @@ class Row:
     head_dim: int = HEAD_DIM  # D
     sinks: bool = True  # fp32 sinks [H], or None
     model: str = ""  # the model whose attention shape this is
+    q_tokens: int = 1  # Q query tokens per request (q and out [B, Q, H, D] when Q > 1)
 
     @property
     def seq_lens(self) -> tuple[int, ...]:
@@ -89,8 +97,17 @@ class Row:
 
     @property
     def shape(self) -> str:
-        """G, D and sinks, e.g. "G8 D128 sinks"."""
-        return f"G{self.gqa} D{self.head_dim} " + ("sinks" if self.sinks else "no sinks")
+        """G, D and sinks (and Q when > 1), e.g. "G8 D128 sinks" or "G8 D128 sinks Q4"."""
+        return (f"G{self.gqa} D{self.head_dim} " + ("sinks" if self.sinks else "no sinks")
+                + (f" Q{self.q_tokens}" if self.q_tokens > 1 else ""))
+
+    @property
+    def kv_window(self) -> int | None:
+        """The window of the positions a call reads: the union over the Q
+        query tokens of their windows is the last W + Q - 1 positions (all
+        of them without a window), the span one token would attend with
+        window W + Q - 1. Lengths, pages, block tables and bytes use it."""
+        return None if self.window is None else self.window + self.q_tokens - 1
 
     @property
     def width(self) -> int:
@@ -107,11 +124,14 @@ class Row:
 
     @property
     def summary(self) -> S.LengthSummary:
-        return S.LengthSummary.of(self.seq_lens, self.window)
+        """Lengths, and attended positions and pages of the union of each
+        request's query tokens' spans (kv_window)."""
+        return S.LengthSummary.of(self.seq_lens, self.kv_window)
 
     @property
     def attended(self) -> int:
-        """Attended positions per kv head, summed over requests."""
+        """Attended positions per kv head (each request's union over its
+        query tokens), summed over requests."""
         return self.summary.attended_tokens
 
     @property
@@ -122,7 +142,7 @@ class Row:
     @property
     def qo_bytes(self) -> int:
         """q read + out written, bf16."""
-        return 2 * self.batch * self.num_heads * self.head_dim * 2
+        return 2 * self.batch * self.q_tokens * self.num_heads * self.head_dim * 2
 
     @property
     def pages_touched(self) -> int:
@@ -294,14 +314,39 @@ def model_rows(models=MODELS) -> list[Row]:
     return rows
 
 
+# The group "spec": query tokens per request, and the core shapes whose twins
+# at each count run (G 8, D 128, sinks, the shapes' own lengths and placement).
+SPEC_Q_TOKENS = (2, 4, 8)
+SPEC_BASES = ("b1_l8k", "b32_l1k", "srv_s24_r20_1k8k", "swa128_b16_l8k", "h1_b8_l8k")
+
+
+def with_q_tokens(row: Row, q_tokens: int, group: str | None = None) -> Row:
+    """``row`` with ``q_tokens`` query tokens per request, named ``<name>_q<Q>``."""
+    return dataclasses.replace(row, name=f"{row.name}_q{q_tokens}", q_tokens=q_tokens,
+                               group=group or row.group)
+
+
+def spec_rows(q_tokens=SPEC_Q_TOKENS, bases=SPEC_BASES) -> list[Row]:
+    """The group "spec" (speculative decoding): each base at each Q of
+    ``q_tokens``, the base's lengths, tables and placement: ``b1_l8k`` (one
+    request, 8 kv heads), ``b32_l1k`` (32 x 1024, where the Q query rows per
+    kv head weigh most against the bytes), ``srv_s24_r20_1k8k`` (serving:
+    20 uniform 1024..8192 + 4 padding rows, pool-placed), ``swa128_b16_l8k``
+    (a 128-token window: W + Q - 1 positions read) and ``h1_b8_l8k`` (1 kv
+    head, a TP-8 shard)."""
+    known = {r.name: r for r in core_rows() + [Row("b32_l1k", 32, 8, 1024)]}
+    return [with_q_tokens(known[b], q, "spec") for b in bases for q in q_tokens]
+
+
 def core_rows() -> list[Row]:
     """The benchmark's original rows (G 8, D 128, sinks): legacy, then serving."""
     return legacy_rows() + serving_rows()
 
 
 def default_grid() -> list[Row]:
-    """Every bf16 row: the core rows, then the models' (the fp8 twins come from with_twins)."""
-    return core_rows() + model_rows()
+    """Every bf16 row: the core rows, the models', then the spec rows (the
+    fp8 twins come from with_twins)."""
+    return core_rows() + model_rows() + spec_rows()
 
 
 def with_twins(rows: list[Row], kv_dtypes=KV_DTYPES) -> list[Row]:
@@ -317,37 +362,45 @@ QUICK_ROWS = ("b1_l8k", "b64_l8k", "h1_b8_l8k", "swa128_b16_l8k", "srv_b32_logu3
               "srv_s24_r20_1k8k", "swa128_srv_s64_r50")
 GROUPS = {"legacy": lambda r: r.group == "legacy", "serving": lambda r: r.group == "serving",
           "core": lambda r: r.group in ("legacy", "serving"), "models": lambda r: r.group == "models",
-          "all": lambda r: True}
+          "spec": lambda r: r.group == "spec", "all": lambda r: True}
 # What runs without --rows: the core rows, the workload of older runs (an
-# older build serves only their shapes). The models: --rows models; every
-# row: --rows all (longer than the default --budget-s allows).
+# older build serves only their shapes). The models: --rows models; the
+# speculative-decoding rows: --rows spec; every row: --rows all (longer than
+# the default --budget-s allows).
 DEFAULT_GROUP = "core"
 
 
 def parse_custom_row(spec: str) -> Row:
-    """``B,kvH,L[,W[,G,D[,S]]]`` (W 0 or absent: full attention; G query heads
-    per kv head, default 8; D the head dim, default 128; S 1: sinks (default), 0: none)."""
+    """``B,kvH,L[,W[,G,D[,S[,Q]]]]`` (W 0 or absent: full attention; G query heads
+    per kv head, default 8; D the head dim, default 128; S 1: sinks (default), 0: none;
+    Q query tokens per request, 1 to 8, default 1)."""
     parts = [int(x) for x in spec.split(",")]
-    if len(parts) not in (3, 4, 6, 7) or min(parts[:3]) < 1 or (len(parts) >= 4 and parts[3] < 0):
-        raise ValueError(f"custom row must be B,kvH,L[,W[,G,D[,S]]] with positive B, kvH, L, got {spec!r}")
+    if len(parts) not in (3, 4, 6, 7, 8) or min(parts[:3]) < 1 or (len(parts) >= 4 and parts[3] < 0):
+        raise ValueError(f"custom row must be B,kvH,L[,W[,G,D[,S[,Q]]]] with positive B, kvH, L, "
+                         f"got {spec!r}")
     batch, kv_heads, seq_len = parts[:3]
     if 8 % kv_heads:
         raise ValueError(f"custom row: kv heads must divide 8, got {kv_heads}")
     window = parts[3] if len(parts) >= 4 and parts[3] > 0 else None
     gqa, head_dim = parts[4:6] if len(parts) >= 6 else (GQA, HEAD_DIM)
-    sinks = bool(parts[6]) if len(parts) == 7 else True
+    sinks = bool(parts[6]) if len(parts) >= 7 else True
+    q_tokens = parts[7] if len(parts) == 8 else 1
     if gqa < 1 or head_dim not in (64, 128, 256):
         raise ValueError(f"custom row: G must be >= 1 and D one of 64, 128, 256, got {gqa}, {head_dim}")
+    if not 1 <= q_tokens <= 8:
+        raise ValueError(f"custom row: Q must be 1 to 8, got {q_tokens}")
     name = f"b{batch}_h{kv_heads}_l{_k(seq_len)}" + (f"_w{window}" if window else "")
     if (gqa, head_dim, sinks) != (GQA, HEAD_DIM, True):
         name += f"_g{gqa}_d{head_dim}" + ("" if sinks else "_nosinks")
+    if q_tokens > 1:
+        name += f"_q{q_tokens}"
     return Row(name, batch, kv_heads, seq_len, window, group="custom", gqa=gqa, head_dim=head_dim,
-               sinks=sinks)
+               sinks=sinks, q_tokens=q_tokens)
 
 
 def select_rows(names: str | None, quick: bool = False, kv_dtypes=KV_DTYPES) -> list[Row]:
     """Rows by comma-separated names, shell patterns (``srv_*``), groups
-    (legacy, serving, core, models, all) or ``custom:B,kvH,L[,W[,G,D[,S]]]``
+    (legacy, serving, core, models, spec, all) or ``custom:B,kvH,L[,W[,G,D[,S[,Q]]]]``
     (';'-separated when several), the quick subset, or DEFAULT_GROUP; each
     with its twins in ``kv_dtypes``. A name ending in _fp8 selects that twin
     alone."""
@@ -417,6 +470,18 @@ def num_calls(row: Row, sets: int, ceiling_tbps: float, target_us: float,
     n = math.ceil(target_us / est)
     n = min(max(n, min_calls, sets), max(max_calls, sets))
     return math.ceil(n / sets) * sets
+
+
+# The draft probe (bench_gpu.draft_probe) of rows of Q > 1 query tokens: its
+# block tables' width (300 tokens need 19 pages) and its requests' lengths.
+PROBE_WIDTH = 32
+
+
+def probe_lengths(q_tokens: int) -> tuple[int, ...]:
+    """The probe's requests: one of exactly Q tokens (token 0 at position 0
+    sees itself alone), one of Q + 5, and two longer ones (61, and 300, past
+    a 128-token window)."""
+    return (q_tokens, q_tokens + 5, 61, 300)
 
 
 def check_requests(row: Row, peers: bool = False) -> list[int]:

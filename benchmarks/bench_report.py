@@ -6,13 +6,15 @@ JSON and the plot. Also a command line that re-renders a saved run:
     python benchmarks/bench_report.py --table results/bench_X.json
 
 A row result is a dict: row, kv_dtype, twin (the bf16 row's name), batch,
-kv_heads, gqa, head_dim, sinks (the shape; runs before the models' rows have
-none: G 8, D 128, sinks), seq_len (the longest), window, lengths {count, padding, min, median,
+kv_heads, gqa, head_dim, sinks, q_tokens (the shape; runs before the models'
+rows have none: G 8, D 128, sinks; before the spec rows no q_tokens: 1),
+seq_len (the longest), window, lengths {count, padding, min, median,
 max, attended_tokens, attended_pages}, kv_bytes, floor_us (at the measured
 ceiling), goal_us / stretch_us (at 4.5 TB/s), n_sets, n_calls,
 balance {impl: {plan, max_pages, mean_pages, ratio} or {error}}, and impls:
 {name: {status ("ok", "missing", "mismatch", "error", "unchecked",
-"skipped"), us, tbps, pct, err, max_abs, note, reason}}. Runs recorded before
+"skipped"), us, tbps, pct, err, max_abs, probe_err (rows of q_tokens > 1:
+the draft probe's), note, reason}}. Runs recorded before
 the serving rows (no kv_dtype, lengths or goals) read as bf16 rows with goals
 computed from their KV bytes.
 """
@@ -101,9 +103,12 @@ def _win(w) -> str:
 
 
 def shape(res: dict) -> str:
-    """G (query heads per kv head), D and sinks of a row: "G8 D128 s"
-    ("s": sinks); rows of older runs are G 8, D 128 with sinks."""
-    return f"G{res.get('gqa', 8)} D{res.get('head_dim', 128)}" + (" s" if res.get("sinks", True) else "")
+    """G (query heads per kv head), D, sinks and query tokens of a row:
+    "G8 D128 s" ("s": sinks), "G8 D128 s Q4" (4 query tokens per request);
+    rows of older runs are G 8, D 128 with sinks, one query token."""
+    q = res.get("q_tokens", 1)
+    return (f"G{res.get('gqa', 8)} D{res.get('head_dim', 128)}" + (" s" if res.get("sinks", True) else "")
+            + (f" Q{q}" if q > 1 else ""))
 
 
 def _t(res: dict, impl: str):
@@ -251,7 +256,7 @@ def lengths_table(rows: list[dict]) -> str:
 
 
 SPEEDUP_LEGEND = ("flint vs P = P µs / flint µs (> 1: flint is faster); * = output not checked; "
-                  "shape = G query heads per kv head, head dim D, s = sinks; "
+                  "shape = G query heads per kv head, head dim D, s = sinks, Q = query tokens per request; "
                   "goal = floor at 4.5 TB/s / 0.93 + 3 µs, stretch = / 0.95 + 2 µs; balance = the "
                   "slowest CTA's pages / the mean (pages), from flint's default plan")
 

@@ -23,7 +23,7 @@ from benchmarks import bench_grid as grid
 from benchmarks import bench_report as report
 from benchmarks.peers import peer_vllm, peer_xqa
 from flint_attention import flint_decode_attention
-from flint_attention.testing import error_report, reference_decode_attention
+from flint_attention.testing import attended_kv_bytes, error_report, make_paged_inputs, reference_decode_attention
 
 BENCH = bench.HERE  # benchmarks/
 
@@ -141,6 +141,37 @@ def test_largest_rows_fit_the_pool():
     assert t.shape == (1, 48, 8192)
 
 
+def test_spec_rows():
+    """The group "spec": Q = 2, 4, 8 twins of five core shapes, bytes of the
+    union of each request's query tokens' spans, fp8 twins, selection."""
+    rows = grid.spec_rows()
+    names = [r.name for r in rows]
+    assert names == [f"{b}_q{q}" for b in grid.SPEC_BASES for q in (2, 4, 8)] and len(rows) == 15
+    core = {r.name: r for r in grid.core_rows()}
+    for r in rows:
+        base = core.get(r.name.rsplit("_q", 1)[0]) or grid.Row("b32_l1k", 32, 8, 1024)
+        assert r.group == "spec" and r.q_tokens in (2, 4, 8) and r.shape == f"G8 D128 sinks Q{r.q_tokens}"
+        assert (r.seq_lens, r.window, r.kv_heads, r.placement, r.width) == (
+            base.seq_lens, base.window, base.kv_heads, base.placement, base.width)
+        assert r.kv_bytes == attended_kv_bytes(r.seq_lens, r.window, r.kv_heads, 2, 128, r.q_tokens)
+        assert r.as_dtype("fp8").kv_bytes * 2 == r.kv_bytes and r.as_dtype("fp8").q_tokens == r.q_tokens
+        assert r.qo_bytes == r.q_tokens * base.qo_bytes
+        if r.window is None:
+            assert r.kv_bytes == base.kv_bytes  # every position read once, whatever Q
+    by = {r.name: r for r in rows}
+    swa = by["swa128_b16_l8k_q8"]  # the last 128 + 7 positions of each request
+    assert swa.kv_window == 135 and swa.attended == 16 * 135 and swa.attended_blocks == 16 * 9
+    assert by["srv_s24_r20_1k8k_q4"].summary.padding == 4 and by["h1_b8_l8k_q2"].kv_heads == 1
+    sel = [r.name for r in grid.select_rows("spec")]
+    assert len(sel) == 30 and sel[:2] == ["b1_l8k_q2", "b1_l8k_q2_fp8"]
+    assert set(sel) <= {r.name for r in grid.select_rows("all")}
+    assert [r.name for r in grid.select_rows("b1_l8k_q4_fp8")] == ["b1_l8k_q4_fp8"]
+    custom = grid.parse_custom_row("4,2,1000,64,8,128,1,4")
+    assert (custom.name, custom.q_tokens) == ("b4_h2_l1000_w64_q4", 4)
+    with pytest.raises(ValueError):
+        grid.parse_custom_row("4,2,1000,64,8,128,1,9")
+
+
 # --- reporting ----------------------------------------------------------------------------
 
 
@@ -256,6 +287,52 @@ def test_worker_on_the_cpu_path(tmp_path, window, monkeypatch):
     assert bench.in_progress(tmp_path / "run.json") is None
 
 
+@pytest.mark.parametrize("window", [None, 20])
+def test_worker_with_query_tokens_on_the_cpu_path(tmp_path, window, monkeypatch):
+    """Rows of 4 query tokens per request: q and out [B, 4, H, D], tables over
+    the union of the tokens' spans, Flint checked and probed on the CPU path."""
+    srv = dataclasses.replace(_small_row(window), name="t_srv_q4", q_tokens=4)
+    compact = grid.Row("t_compact_q4", 3, 1, 300, window, q_tokens=4)
+    rows = [srv, srv.as_dtype("fp8"), compact]
+    w, res = _worker(tmp_path, rows, "flint,xqa,sdpa", _plans_stub(), monkeypatch)
+    for name in ("t_srv_q4", "t_srv_q4_fp8", "t_compact_q4"):
+        r = res[name]
+        f = r["impls"]["flint"]
+        assert r["q_tokens"] == 4 and "Q4" in report.shape(r), r
+        assert f["status"] == "ok" and f["err"] < 1e-2 and f["probe_err"] < 1e-2, f
+        assert r["impls"]["fi-xqa"]["status"] == "missing" and "sdpa" not in r["impls"]
+    inp = G.build_inputs(compact, {"bf16": 2}, None, seed=4, device="cpu")
+    assert inp.qs[0].shape == (3, 4, 8, 128)
+    span = grid.S.page_span(300, compact.kv_window)
+    assert len(span) == len(grid.S.page_span(300, None if window is None else window + 3))
+    for s in range(2):  # each set its own blocks: exactly the pages of the union of the spans
+        ids = inp.tables[s][:, span.start:span.stop].flatten()
+        assert set(ids.tolist()) == set(range(s * compact.attended_blocks, (s + 1) * compact.attended_blocks))
+
+
+def test_draft_probe_catches_a_wrong_draft_mask():
+    """A long request's output barely moves when the draft's causal mask is
+    dropped (every token attending all positions); the probe's short
+    requests fail the peers' bound."""
+    row = grid.Row("t_probe", 1, 2, 4000, None, q_tokens=4)
+
+    def no_draft_mask(p):  # every query token at the last position
+        return torch.stack([reference_decode_attention(p.q[:, i], p.kv_cache, p.block_tables, p.seq_lens,
+                                                       p.sinks, row.window, row.scale) for i in range(4)], 1)
+
+    def exact(p):
+        return reference_decode_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, p.sinks, row.window,
+                                          row.scale).to(torch.bfloat16)
+
+    cpu = torch.device("cpu")
+    assert G.draft_probe(row, "bf16", cpu, exact, G.PEER_TOL["bf16"]) < 1e-2
+    with pytest.raises(G.Mismatch, match="draft probe"):
+        G.draft_probe(row, "bf16", cpu, no_draft_mask, G.PEER_TOL["bf16"])
+    long = make_paged_inputs(1, [4000], 2, None, "cpu", seed=1, q_tokens=4, poison=False)
+    rep = error_report(no_draft_mask(long), exact(long), G.PEER_TOL["bf16"])
+    assert rep.ok(G.PEER_TOL["bf16"])  # why the probe: the row's own check cannot tell
+
+
 def test_worker_reports_missing_plans_and_resumes(tmp_path):
     row = _small_row()
     w, res = _worker(tmp_path, [row], "flint,flint-split")
@@ -278,7 +355,7 @@ def test_worker_reports_missing_plans_and_resumes(tmp_path):
     assert bench.in_progress(tmp_path / "run.json") is None
     d = json.loads((tmp_path / "run.json").read_text())
     assert d["rows"][0]["impls"]["flint"]["status"] == "error"
-    assert d["meta"]["excluded"][0]["class"] == ["flint", "bf16", False, True, 8, 128, True]
+    assert d["meta"]["excluded"][0]["class"] == ["flint", "bf16", False, True, 8, 128, True, 1]
     # A new worker resuming that JSON skips the kind of row it lost, runs the rest.
     other = dataclasses.replace(row, name="t_other")
     args = bench.parse_args(["--impls", "flint", "--rows", "b1_l1k"])
@@ -359,6 +436,22 @@ def test_xqa_scale_mapping_and_kwargs():
     assert k.shape == (4, 2, 16, 128) and v.data_ptr() == kv.data_ptr() + 128
     kw = peer_xqa.call_kwargs(q, kv.to(torch.bfloat16), None, None, None, None, None, 0.1, None, 64)
     assert (kw["bmm1_scale"], kw["bmm2_scale"], kw["window_left"]) == (0.1, 1.0, -1)
+    assert "q_len_per_req" not in kw and "mask" not in kw
+    # 4 query tokens per request: [B * Q, H, D] views, q_len_per_req and the causal draft mask.
+    q4 = torch.zeros(2, 4, 16, 128, dtype=torch.bfloat16)
+    out4 = torch.empty_like(q4)
+    mask = peer_xqa.causal_mask(2, 4)
+    assert mask.dtype == torch.uint16 and mask.shape == (2, 4, 2)
+    assert mask.view(torch.int32)[1, :, 0].tolist() == [1, 3, 7, 15] and not mask.view(torch.int32)[..., 1:].any()
+    kw = peer_xqa.call_kwargs(q4, kv, None, None, None, None, 128, 0.1, out4, 64, 0.5, 0.25, mask=mask)
+    assert kw["query"].shape == (8, 16, 128) and kw["query"].data_ptr() == q4.data_ptr()
+    assert kw["out"].shape == (8, 16, 128) and kw["out"].data_ptr() == out4.data_ptr()
+    assert kw["q_len_per_req"] == 4 and kw["mask"] is mask and kw["window_left"] == 127
+    with pytest.raises(ValueError, match="draft mask"):
+        peer_xqa.call_kwargs(q4, kv, None, None, None, None, None, 0.1, out4, 64, 0.5, 0.25)
+    assert peer_xqa.variant(True, False, 128, 8, 4) == (True, False, 128, 8, 4)
+    assert peer_xqa.module_args(False, True, 128, 8, 4)[-2:] == (4, False)
+    assert peer_xqa.describe(peer_xqa.variant(True, True, 128, 8, 8)) == "fp8 sliding D128 G8 Q8"
 
 
 def test_vllm_loader_with_stand_in_files(tmp_path):
@@ -393,6 +486,22 @@ def test_vllm_loader_with_stand_in_files(tmp_path):
     assert float(kw["v_descale"][2, 1]) == 0.25 and kw["seq_threshold_3D"] == 64
     with pytest.raises(ValueError):
         peer_vllm.decode_kwargs(m, q, kv, None, None, None, None, 0.1, None, scratch, 64, torch.ones(2), vs)
+    # 4 query tokens per request: [B * Q, H, D] views, cu_seqlens_q in steps of Q, max_seqlen_q Q.
+    q4 = torch.zeros(3, 4, 16, 128, dtype=torch.bfloat16)
+    out4 = torch.empty_like(q4)
+    scratch4 = peer_vllm.make_scratch(16, 2, "cpu", 128, 4)
+    assert scratch4["softmax_segm_max"].shape[0] == 4 * 64 and scratch4["seq_threshold_3D"] == 64
+    kw = peer_vllm.decode_kwargs(m, q4, kv, torch.zeros(3, 4, dtype=torch.int32), torch.ones(3, dtype=torch.int32),
+                                 None, None, 0.1, out4, scratch4, 64, ks, vs)
+    assert kw["q"].shape == (12, 16, 128) and kw["q"].data_ptr() == q4.data_ptr()
+    assert kw["out"].shape == (12, 16, 128) and kw["out"].data_ptr() == out4.data_ptr()
+    assert kw["cu_seqlens_q"].tolist() == [0, 4, 8, 12] and kw["max_seqlen_q"] == 4
+    assert kw["k_descale"].shape == (3, 2)
+    # The split-K path: num_seqs x cdiv(Q, BLOCK_Q) <= seq_threshold_3D, BLOCK_Q = 16 // G.
+    assert peer_vllm.block_q(8) == 2 and peer_vllm.block_q(12) == 1 and peer_vllm.block_q(4) == 4
+    assert peer_vllm.uses_split_kernel(4, 8, 8, 8) and not peer_vllm.uses_split_kernel(5, 8, 8, 8)
+    assert peer_vllm.uses_split_kernel(8, 8, 4, 8) and not peer_vllm.uses_split_kernel(32, 8, 2, 8)
+    assert peer_vllm.uses_split_kernel(16, 8) and not peer_vllm.uses_split_kernel(17, 8)
 
 
 @pytest.mark.skipif(not (peer_vllm.PEER_DIR / "triton_unified_attention.py").exists(),
@@ -402,7 +511,8 @@ def test_vllm_peer_under_the_triton_interpreter(tmp_path):
     done = subprocess.run([sys.executable, str(bench.PEER_VLLM), "--cpu-check"], capture_output=True,
                           text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count(": ok") == 20  # 8 at G 8, D 128; 2 at each of the models' 6 shapes
+    # 8 at G 8, D 128; 2 at each of the models' 6 shapes; 8 at 4 query tokens, 2 at 2 and at 8
+    assert done.stdout.count(": ok") == 32
     # The compile-ahead path, through the wrapper (the interpreter compiles nothing).
     specs = [peer_vllm.warm_spec(r.batch, r.kv_heads, r.window, r.kv_dtype, r.width)
              for r in grid.select_rows("srv_s24_r20_1k8k,swa128_srv_h1_s8_logu128k")]

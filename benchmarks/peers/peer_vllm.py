@@ -28,6 +28,15 @@ the way vLLM 0.33's TritonAttentionImpl.forward does for a decode batch
 - one query token per request: cu_seqlens_q = arange(B + 1), max_seqlen_q = 1;
   padding rows (seq_len 0) keep their query token, as a CUDA-graph-padded batch
   does; they are not checked (the 3D path leaves their output untouched).
+- Q query tokens per request (speculative decoding, Q = 2..8): q and out as
+  [B * Q, H, D] (zero-copy views of Flint's [B, Q, H, D]), cu_seqlens_q =
+  arange(B + 1) * Q, max_seqlen_q = Q, as vLLM's uniform decode batches of a
+  verify step. The kernel puts a request's query tokens at the end of its
+  sequence (context_len = seq_len - Q, query token i at context_len + i, keys
+  <= that position and, with a window, < W positions before it:
+  triton_unified_attention.py / triton_attention_helpers.compute_kv_seq_mask),
+  which are Flint's semantics (token i at seq_len - Q + i attends
+  [max(0, p + 1 - W), p + 1)).
 - sinks: the fp32 [num_q_heads] logits or None; window W: window_size = (W - 1, 0), no
   window: (-1, -1) (TritonAttentionImpl's self.sliding_window).
 - fp8 (e4m3) cache: kv_quant_mode FP8_PER_TENSOR, k_descale / v_descale the
@@ -37,6 +46,11 @@ the way vLLM 0.33's TritonAttentionImpl.forward does for a decode batch
   with CUDA graphs on: 16 softmax segments, seq_threshold_3D = the capture size
   closest to 128 // kv_heads; batches above it take the 2D kernel. The
   segments' output is [rows, num_heads, 16, next_power_of_2(head_size)].
+  The 3D scratch is indexed by query token: with Q tokens per request it gets
+  seq_threshold_3D x Q rows, so that the kernel's own rule picks the path
+  (3D while num_seqs x cdiv(Q, BLOCK_Q) <= seq_threshold_3D and Q <= 8, with
+  BLOCK_Q = 16 // G query tokens per program), not a scratch too small for
+  the verify batch.
 """
 
 from __future__ import annotations
@@ -59,6 +73,8 @@ HEAD_DIM = 128
 
 # vllm/v1/attention/backends/triton_attn.py (0.33)
 MIN_LAUNCH_GRID_SIZE_2D = 128
+# triton_unified_attention.py (0.33): longest query per request of the 3D path
+MAX_3D_QUERY_LEN = 8
 NUM_PAR_SOFTMAX_SEGMENTS = 16
 # vLLM's default cudagraph_capture_sizes (up to 512), which the serving rows pad to.
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512)
@@ -222,17 +238,19 @@ def split_threshold(num_kv_heads: int, capture_sizes=CAPTURE_SIZES) -> int:
     return min(capture_sizes, key=lambda x: abs(x - target))
 
 
-def make_scratch(num_heads: int, num_kv_heads: int, device, head_dim: int = HEAD_DIM) -> dict:
+def make_scratch(num_heads: int, num_kv_heads: int, device, head_dim: int = HEAD_DIM,
+                 q_tokens: int = 1) -> dict:
     """The split-K buffers the metadata builder allocates once (rows =
-    seq_threshold_3D: max_num_seqs is larger in every vLLM default; head
-    size padded to a power of two)."""
+    seq_threshold_3D x ``q_tokens``, one per query token: max_num_seqs is
+    larger in every vLLM default; head size padded to a power of two)."""
     import torch
 
-    rows = split_threshold(num_kv_heads)
+    threshold = split_threshold(num_kv_heads)
+    rows = threshold * q_tokens
     seg = NUM_PAR_SOFTMAX_SEGMENTS
     padded = 1 << (head_dim - 1).bit_length()
     return {
-        "seq_threshold_3D": rows,
+        "seq_threshold_3D": threshold,
         "num_par_softmax_segments": seg,
         "softmax_segm_output": torch.empty(rows, num_heads, seg, padded, dtype=torch.float32,
                                            device=device),
@@ -241,9 +259,23 @@ def make_scratch(num_heads: int, num_kv_heads: int, device, head_dim: int = HEAD
     }
 
 
-def uses_split_kernel(batch: int, num_kv_heads: int) -> bool:
-    """Whether unified_attention takes its split-K (3D) path for a decode batch."""
-    return batch <= split_threshold(num_kv_heads)
+# unified_attention's scratch arguments for the 2D kernel only (no split-K).
+NO_SPLIT = dict(seq_threshold_3D=None, num_par_softmax_segments=None, softmax_segm_output=None,
+                softmax_segm_max=None, softmax_segm_expsum=None)
+
+
+def block_q(gqa: int) -> int:
+    """unified_attention's BLOCK_Q: query tokens per program (BLOCK_M = 16
+    rows, or G rounded up to a power of two above 16)."""
+    block_m = 16 if gqa <= 16 else 1 << (gqa - 1).bit_length()
+    return block_m // gqa
+
+
+def uses_split_kernel(batch: int, num_kv_heads: int, q_tokens: int = 1, gqa: int = 8) -> bool:
+    """Whether unified_attention takes its split-K (3D) path for a decode
+    batch of ``q_tokens`` query tokens per request (make_scratch's rows)."""
+    q_blocks = -(-q_tokens // block_q(gqa))
+    return q_tokens <= MAX_3D_QUERY_LEN and batch * q_blocks <= split_threshold(num_kv_heads)
 
 
 def cache_views(kv_cache):
@@ -257,10 +289,16 @@ def cache_views(kv_cache):
 def decode_kwargs(module, q, kv_cache, block_tables, seq_lens, sinks, window, scale, out,
                   scratch: dict, max_seq_len: int, k_scale=None, v_scale=None) -> dict:
     """unified_attention keyword arguments for one decode call (see the module
-    docstring). ``scratch`` from make_scratch; scales are [1] fp32 tensors."""
+    docstring). q and out [B, H, D], or [B, Q, H, D] for Q query tokens per
+    request (passed as [B * Q, H, D] views). ``scratch`` from make_scratch
+    (with q_tokens=Q); scales are [1] fp32 tensors."""
     import torch
 
-    batch, _, _ = q.shape
+    if q.dim() == 4:
+        batch, q_tokens, heads, dim = q.shape
+        q, out = q.view(batch * q_tokens, heads, dim), out.view(batch * q_tokens, heads, dim)
+    else:
+        batch, q_tokens = q.shape[0], 1
     kvh = kv_cache.shape[1]
     k, v = cache_views(kv_cache)
     fp8 = kv_cache.dtype == torch.float8_e4m3fn
@@ -275,8 +313,8 @@ def decode_kwargs(module, q, kv_cache, block_tables, seq_lens, sinks, window, sc
     quant = module.KVQuantMode.FP8_PER_TENSOR if fp8 else module.KVQuantMode.NONE
     return dict(
         q=q, k=k, v=v, out=out,
-        cu_seqlens_q=torch.arange(batch + 1, dtype=torch.int32, device=q.device),
-        max_seqlen_q=1, seqused_k=seq_lens, max_seqlen_k=max_seq_len,
+        cu_seqlens_q=torch.arange(batch + 1, dtype=torch.int32, device=q.device) * q_tokens,
+        max_seqlen_q=q_tokens, seqused_k=seq_lens, max_seqlen_k=max_seq_len,
         softmax_scale=scale, causal=True,
         window_size=(window - 1, 0) if window else (-1, -1),
         block_table=block_tables, softcap=0.0,
@@ -289,9 +327,22 @@ def decode_kwargs(module, q, kv_cache, block_tables, seq_lens, sinks, window, sc
 
 
 def warm_spec(batch: int, kv_heads: int, window, kv_dtype: str, width: int, gqa: int = 8,
-              head_dim: int = HEAD_DIM, sinks: bool = True) -> dict:
-    return {"batch": batch, "kv_heads": kv_heads, "window": window, "kv_dtype": kv_dtype, "width": width,
+              head_dim: int = HEAD_DIM, sinks: bool = True, q_tokens: int = 1, split: bool | None = None) -> dict:
+    """A call shape to compile ahead; ``split`` False: the 2D kernel whatever
+    the batch (a call made without split-K scratch), None: the kernel's rule."""
+    spec = {"batch": batch, "kv_heads": kv_heads, "window": window, "kv_dtype": kv_dtype, "width": width,
             "gqa": gqa, "head_dim": head_dim, "sinks": sinks}
+    if q_tokens > 1:
+        spec["q_tokens"] = q_tokens
+    if split is not None:
+        spec["split"] = bool(split)
+    return spec
+
+
+def spec_split(spec: dict) -> bool:
+    """Whether a call shaped like ``spec`` takes the split-K (3D) kernel."""
+    rule = uses_split_kernel(spec["batch"], spec["kv_heads"], spec.get("q_tokens", 1), spec.get("gqa", 8))
+    return rule and spec.get("split", True)
 
 
 def compile_group(spec: dict) -> tuple:
@@ -299,10 +350,10 @@ def compile_group(spec: dict) -> tuple:
     a call of this shape: split-K or 2D, window or not, cache dtype, kv heads
     and query heads per kv head (num_query_heads is a constexpr), head size,
     sinks or not, and the batch size's integer specialization (1, a multiple
-    of 16, other)."""
-    b, kvh = spec["batch"], spec["kv_heads"]
-    return (uses_split_kernel(b, kvh), bool(spec["window"]), spec["kv_dtype"], kvh, spec.get("gqa", 8),
-            spec.get("head_dim", HEAD_DIM), spec.get("sinks", True), b == 1, b % 16 == 0)
+    of 16, other). Query tokens per request only choose the path."""
+    b, kvh, g = spec["batch"], spec["kv_heads"], spec.get("gqa", 8)
+    return (spec_split(spec), bool(spec["window"]), spec["kv_dtype"], kvh, g, spec.get("head_dim", HEAD_DIM),
+            spec.get("sinks", True), b == 1, b % 16 == 0)
 
 
 def partition(specs: list[dict], n: int) -> list[list[dict]]:
@@ -345,15 +396,16 @@ def warm(specs: list[dict], log=print) -> int:
     for s in specs:
         t0 = time.time()
         b, kvh, width = s["batch"], s["kv_heads"], s["width"]
-        g, d = s.get("gqa", 8), s.get("head_dim", HEAD_DIM)
+        g, d, qt = s.get("gqa", 8), s.get("head_dim", HEAD_DIM), s.get("q_tokens", 1)
         dtype = torch.float8_e4m3fn if s["kv_dtype"] == "fp8" else torch.bfloat16
-        q = torch.empty(b, g * kvh, d, dtype=torch.bfloat16)
+        q = torch.empty(*((b, g * kvh) if qt == 1 else (b, qt, g * kvh)), d, dtype=torch.bfloat16)
         kv = torch.empty(2, kvh, 16, 2 * d, dtype=dtype)
         scale1 = torch.empty(1, dtype=torch.float32)
         sinks = torch.empty(g * kvh) if s.get("sinks", True) else None
         kw = decode_kwargs(m, q, kv, torch.empty(b, width, dtype=torch.int32), torch.empty(b, dtype=torch.int32),
                            sinks, s["window"], d**-0.5, torch.empty_like(q),
-                           make_scratch(g * kvh, kvh, "cpu", d), 16 * width, scale1, scale1)
+                           make_scratch(g * kvh, kvh, "cpu", d, qt) if s.get("split", True) else NO_SPLIT,
+                           16 * width, scale1, scale1)
         try:
             m.unified_attention(**kw)
             done += 1
@@ -426,7 +478,8 @@ def cpu_check(peer_dir: Path | None = None) -> list[str]:
     interpreter: the process must have TRITON_INTERPRET=1 before load()) and
     compares with the float64 reference: bf16 and fp8 caches (distinct k and
     v scales), no window and a window, the split-K and the 2D kernel, a padding
-    row, unattended cache slots poisoned with NaN/Inf. Raises on a mismatch."""
+    row, unattended cache slots poisoned with NaN/Inf, and 2, 4 and 8 query
+    tokens per request (q [B, Q, H, D]). Raises on a mismatch."""
     import os
 
     import torch
@@ -439,23 +492,29 @@ def cpu_check(peer_dir: Path | None = None) -> list[str]:
     enable_cpu_interpreter()
     m = load(peer_dir)
     lines = []
-    lens = [40, 0, 70, 3]
-    # (G, D, sinks, [(kv dtype, window, split-K)]): every combination at the
-    # core rows' shape, two at each of the models' shapes.
+    # (G, D, sinks, Q, [(kv dtype, window, split-K)]): every combination at the
+    # core rows' shape with one and with 4 query tokens, two at each of the
+    # models' shapes and at 2 and 8 query tokens.
     every = [(d, w, sp) for d in (torch.bfloat16, FP8) for w in (None, 20) for sp in (True, False)]
     two = [(torch.bfloat16, None, True), (FP8, 20, False)]
-    shapes = [(8, HEAD_DIM, True, every), (8, 64, True, two), (4, 128, False, two), (6, 128, False, two),
-              (12, 128, False, two), (16, 128, False, two), (8, 256, False, two)]
-    for group, d, sinks, combos in shapes:
+    shapes = [(8, HEAD_DIM, True, 1, every), (8, 64, True, 1, two), (4, 128, False, 1, two),
+              (6, 128, False, 1, two), (12, 128, False, 1, two), (16, 128, False, 1, two),
+              (8, 256, False, 1, two), (8, HEAD_DIM, True, 4, every),
+              (8, HEAD_DIM, True, 2, [(torch.bfloat16, 20, True), (FP8, None, False)]),
+              (8, HEAD_DIM, True, 8, [(torch.bfloat16, None, True), (FP8, 20, True)])]
+    for group, d, sinks, q_tokens, combos in shapes:
+        # With Q > 1 every real request holds at least Q tokens (a verify step's).
+        lens = [40, 0, 70, 3] if q_tokens == 1 else [40, 0, 70, 9]
         for kv_dtype, window, split in combos:
             kw = dict(k_scale=K_SCALE, v_scale=V_SCALE) if kv_dtype == FP8 else {}
             inp = make_paged_inputs(len(lens), lens, 2, window, "cpu", seed=5, kv_dtype=kv_dtype, group=group,
-                                    head_dim=d, with_sinks=sinks, **kw)
+                                    head_dim=d, with_sinks=sinks, q_tokens=q_tokens if q_tokens > 1 else None,
+                                    **kw)
             ref = reference_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks,
                                              window, d**-0.5, inp.k_scale, inp.v_scale)
-            scratch = make_scratch(group * 2, 2, "cpu", d) if split else dict(
-                seq_threshold_3D=None, num_par_softmax_segments=None, softmax_segm_output=None,
-                softmax_segm_max=None, softmax_segm_expsum=None)
+            if split:  # the split-K kernel, as the benchmark's calls of this shape take it
+                assert uses_split_kernel(len(lens), 2, q_tokens, group), (group, q_tokens)
+            scratch = make_scratch(group * 2, 2, "cpu", d, q_tokens) if split else NO_SPLIT
             out = torch.full_like(inp.out, float("nan"))
             m.unified_attention(**decode_kwargs(
                 m, inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, window,
@@ -464,8 +523,8 @@ def cpu_check(peer_dir: Path | None = None) -> list[str]:
             dt = "fp8" if kv_dtype == FP8 else "bf16"
             tol = PEER_TOL[dt]
             rep = error_report(out[real], ref[real], tol)
-            what = (f"G{group} D{d}{'' if sinks else ' no sinks'} {dt} window {window} "
-                    f"{'split-K' if split else '2D'}")
+            what = (f"G{group} D{d}{'' if sinks else ' no sinks'}{f' Q{q_tokens}' if q_tokens > 1 else ''} "
+                    f"{dt} window {window} {'split-K' if split else '2D'}")
             if not rep.ok(tol):
                 raise AssertionError(f"{what}: {rep.describe(tol)}")
             lines.append(f"{what}: ok (rel err {rep.rel_fro:.1e})")

@@ -33,9 +33,30 @@ xqa.py, jit/xqa.py, data/csrc/xqa/*), not run here (no GPU):
   also takes sinks and the sliding window at q_len 1. That kernel feeds Q and P
   to fp8 tensor cores, so its error against float64 is larger than a bf16
   kernel's: the benchmark checks peers with a looser bound (checks.PEER_TOL).
+- Q query tokens per request (speculative decoding, ``q_len_per_req=Q``,
+  Q = 2..8): xqa_batch_decode_with_kv_cache views ``query`` [B * Q, H, D] as
+  [B, Q, H, D] and xqa() reads q and out through their pointers only, so
+  Flint's [B, Q, H, D] q and out go in as zero-copy [B * Q, H, D] views. XQA
+  then wants a draft mask (xqa() asserts one: "Mask is required for
+  speculative decoding"), uint16 [B, Q, 2 * ceil(Q / 32)], bit j of row i set
+  when draft token i sees draft token j (one 32-bit word per 32 draft tokens;
+  FlashInfer's own tests build the causal one, j <= i, as ``causal_mask``
+  does here). The kernel (data/csrc/xqa/mha.cu, SPEC_DEC with
+  IS_SPEC_DEC_TREE=0, which jit/xqa.py sets) puts draft row r at position
+  seq_len - Q + r -- seq_lens counts the draft tokens, as Flint's does --
+  reads every position before the draft unmasked, applies the mask's bits to
+  the last Q positions and, with a window, starts row r's window at
+  seq_len - Q + r + 1 - W. With the causal mask that is Flint's semantics
+  (token i at p = seq_len - Q + i attends [max(0, p + 1 - W), p + 1)); the
+  benchmark also probes it on short requests (bench_gpu.draft_probe). Sinks
+  and windows are taken at Q > 1; on an fp8 cache xqa() then runs the
+  generic kernel (mha.cu), not the Hopper fp8 one, whenever there are sinks,
+  a window, or Q x G <= 32 (FlashInfer: mha_sm90.cu's spec-decode paths have
+  precision issues there), so every spec row's fp8 twin runs mha.cu. Each Q
+  is its own JIT module (SPEC_DEC=1, and SPEC_Q_SEQ_LEN=Q when Q x G <= 32).
 - One JIT module per (q dtype, cache dtype, page 16, D, G, sliding or not, out
-  dtype): four for the core rows (D 128, G 8), one per shape, dtype and
-  window more for the models' rows. ``Prebuild`` compiles them in one ninja
+  dtype, Q): four for the core rows (D 128, G 8), one per shape, dtype and
+  window more for the models' rows, four per Q for the spec rows. ``Prebuild`` compiles them in one ninja
   run (flashinfer.jit.core.build_jit_specs, what FlashInfer's AOT build uses,
   here with ninja's -k 0 so that one module's compile error does not stop
   the others) without loading them; the first call then finds them built and
@@ -83,14 +104,43 @@ def effective_scales(bmm1_scale: float, bmm2_scale: float, head_dim: int = HEAD_
     return q_scale * kv_scale / head_dim**0.5, kv_scale
 
 
+def causal_mask(batch: int, q_len: int, device=None):
+    """XQA's speculative-decoding draft mask for a linear causal draft:
+    uint16 [batch, q_len, 2 * ceil(q_len / 32)], bit j of row i's 32-bit
+    word j // 32 set when j <= i (draft token i sees draft tokens 0..i), the
+    same for every request (FlashInfer's tests' generate_causal_mask)."""
+    import torch
+
+    words = -(-q_len // 32)
+    i = torch.arange(q_len).view(q_len, 1, 1)
+    j = torch.arange(words * 32).view(1, words, 32)
+    word = ((j <= i).to(torch.int64) << (j % 32)).sum(-1)  # [q_len, words], < 2**32
+    word = (word + 2**31) % 2**32 - 2**31  # as int32 bits
+    word = word.to(torch.int32).unsqueeze(0).expand(batch, q_len, words).contiguous().to(device)
+    # Little-endian: each 32-bit word is two uint16, its low half first (a
+    # view: uint16 tensors need no kernels of their own).
+    return word.view(torch.uint16)  # [batch, q_len, 2 * words]
+
+
 def call_kwargs(q, kv_cache, workspace, block_tables, seq_lens, sinks, window, scale, out,
-                max_seq_len: int, k_scale: float | None = None, v_scale: float | None = None) -> dict:
+                max_seq_len: int, k_scale: float | None = None, v_scale: float | None = None,
+                mask=None) -> dict:
     """Keyword arguments of trtllm_batch_decode_with_kv_cache for one call on
     Flint's inputs (HND cache [num_blocks, kv_heads, 16, 2 D], K | V; sinks
-    [H] fp32 or None)."""
+    [H] fp32 or None). q and out [B, H, D], or [B, Q, H, D] for Q query
+    tokens per request: passed as [B * Q, H, D] views with q_len_per_req=Q
+    and ``mask`` (causal_mask(B, Q)) as the draft mask."""
     fp8 = str(kv_cache.dtype) == "torch.float8_e4m3fn"
     bmm1, bmm2 = scales(fp8, scale, k_scale, v_scale)
     d = kv_cache.shape[-1] // 2
+    spec = {}
+    if q.dim() == 4:
+        batch, q_len, heads, dim = q.shape
+        q, out = q.view(batch * q_len, heads, dim), out.view(batch * q_len, heads, dim)
+        if q_len > 1:
+            if mask is None:
+                raise ValueError("XQA with several query tokens per request needs the draft mask")
+            spec = dict(q_len_per_req=q_len, mask=mask)
     return dict(
         query=q,
         kv_cache=(kv_cache[..., :d], kv_cache[..., d:]),
@@ -106,25 +156,29 @@ def call_kwargs(q, kv_cache, workspace, block_tables, seq_lens, sinks, window, s
         kv_layout="HND",
         enable_pdl=True,
         backend="xqa",
+        **spec,
     )
 
 
-def variant(kv_fp8: bool, sliding: bool, head_dim: int = HEAD_DIM, group: int = GQA) -> tuple:
-    """What selects an XQA module for the benchmark's calls: (kv_fp8, sliding, D, G)."""
-    return (bool(kv_fp8), bool(sliding), int(head_dim), int(group))
+def variant(kv_fp8: bool, sliding: bool, head_dim: int = HEAD_DIM, group: int = GQA, q_len: int = 1) -> tuple:
+    """What selects an XQA module for the benchmark's calls: (kv_fp8, sliding, D, G, Q)."""
+    return (bool(kv_fp8), bool(sliding), int(head_dim), int(group), int(q_len))
 
 
 def describe(v: tuple) -> str:
-    kv_fp8, sliding, head_dim, group = v
-    return f"{'fp8' if kv_fp8 else 'bf16'}{' sliding' if sliding else ''} D{head_dim} G{group}"
+    kv_fp8, sliding, head_dim, group, q_len = v
+    return (f"{'fp8' if kv_fp8 else 'bf16'}{' sliding' if sliding else ''} D{head_dim} G{group}"
+            + (f" Q{q_len}" if q_len > 1 else ""))
 
 
-def module_args(kv_fp8: bool, sliding: bool, head_dim: int = HEAD_DIM, group: int = GQA) -> tuple:
-    """get_xqa_module / gen_xqa_module arguments of one call shape."""
+def module_args(kv_fp8: bool, sliding: bool, head_dim: int = HEAD_DIM, group: int = GQA,
+                q_len: int = 1) -> tuple:
+    """get_xqa_module / gen_xqa_module arguments of one call shape (uniform
+    query length: no ragged Q)."""
     import torch
 
     kv = torch.float8_e4m3fn if kv_fp8 else torch.bfloat16
-    return (torch.bfloat16, kv, PAGE_TOKENS, head_dim, group, sliding, torch.bfloat16, 1, False)
+    return (torch.bfloat16, kv, PAGE_TOKENS, head_dim, group, sliding, torch.bfloat16, q_len, False)
 
 
 def _run_ninja_keep_going(workdir, ninja_file, verbose: bool) -> None:
@@ -304,7 +358,37 @@ def cpu_check() -> str:
                 assert tuple(k.shape) == (6, PAGE_TOKENS, kvh, d) and k.stride() == (
                     kvh * PAGE_TOKENS * 2 * d, 2 * d, PAGE_TOKENS * 2 * d, 1), what
                 assert c["output"].data_ptr() == out.data_ptr() and c["batch_size"] == batch, what
+    # Q query tokens per request (the spec rows: G 8, D 128, sinks): q and out
+    # as zero-copy [B * Q, H, D] views, q_len_per_req, the causal draft mask,
+    # the module built for that Q, and the generic kernel for fp8 (sinks).
+    q_lens = (2, 4, 8)
+    for q_len in q_lens:
+        for dtype in (torch.bfloat16, torch.float8_e4m3fn):
+            fp8 = dtype != torch.bfloat16
+            for window in (None, 128):
+                kv = torch.zeros(6, kvh, PAGE_TOKENS, 2 * HEAD_DIM).to(dtype)
+                q = torch.zeros(batch, q_len, GQA * kvh, HEAD_DIM, dtype=torch.bfloat16)
+                out = torch.empty_like(q)
+                mask = causal_mask(batch, q_len)
+                kw = call_kwargs(q, kv, torch.zeros(16 << 20, dtype=torch.uint8),
+                                 torch.zeros(batch, 4, dtype=torch.int32),
+                                 torch.full((batch,), q_len + 3, dtype=torch.int32), torch.zeros(GQA * kvh),
+                                 window, scale, out, 64, ks if fp8 else None, vs if fp8 else None, mask=mask)
+                seen = trace_call(kw)
+                c = seen["call"]
+                what = f"{'fp8' if fp8 else 'bf16'} Q{q_len} window {window}"
+                assert seen["module"] == module_args(fp8, window is not None, HEAD_DIM, GQA, q_len), (
+                    what, seen["module"])
+                assert c["q_seq_len"] == q_len and c["q_cu_seq_lens"] is None, what
+                assert c["mask"].data_ptr() == mask.data_ptr() and tuple(c["mask"].shape) == (batch, q_len, 2)
+                assert tuple(c["q"].shape) == (batch, 1, q_len, GQA * kvh, HEAD_DIM), (what, c["q"].shape)
+                assert c["q"].data_ptr() == q.data_ptr() and c["output"].data_ptr() == out.data_ptr(), what
+                assert c["output"].numel() == out.numel() and c["batch_size"] == batch, what
+                assert not c["run_sm90_fp8_mha"], what  # sinks at Q > 1: the generic kernel
+                assert c["sliding_win_size"] == (window or 0) and tuple(c["sinks"].shape) == (kvh, GQA), what
     return (f"xqa: scale mapping ok; calls on bf16 and fp8 caches, with and without a window, at "
-            f"{', '.join(f'G{g} D{d}' + ('' if si else ' no sinks') for g, d, si in shapes)}, traced "
+            f"{', '.join(f'G{g} D{d}' + ('' if si else ' no sinks') for g, d, si in shapes)}, and at G8 D128 "
+            f"with {', '.join(map(str, q_lens))} query tokens per request, traced "
             f"through flashinfer {fi.__version__} down to the XQA module: the prebuilt modules, the "
-            f"Hopper fp8 kernel for fp8, scales, window, sinks and zero-copy cache views as intended")
+            f"Hopper fp8 kernel for fp8 (the generic one at Q > 1 with sinks), scales, window, sinks, "
+            f"the causal draft mask and zero-copy q, out and cache views as intended")
