@@ -25,10 +25,20 @@ check to fail. reference_op (the op's semantics in plain torch) checks the
 integration alone for the shapes of the other two models, and what each
 model hands the op (its group, head_dim, sinks or None, window, scale) is
 checked with the op replaced by a recorder.
+
+Assisted (speculative) generation: the target generates with a draft model
+(``generate(..., assistant_model=draft)``), so each step after the prefill
+verifies the draft's tokens in one forward of several tokens per request, and
+rejected draft tokens are taken back with ``past_key_values.crop``. Flint's
+target must give what eager's gives under assisted generation and under plain
+greedy generation (check_generation); a recorder of the op's calls and of the
+crops shows that multi-token calls and rollbacks happened, and three errors
+of the multi-token convention must fail the check.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -351,3 +361,227 @@ def test_cuda_graph_generate_matches_eager(kind, exact_bf16_gemms, monkeypatch):
                                     return_dict_in_generate=True, output_logits=True)
     assert len(replays) == STEPS - 1 and len(set(map(id, replays))) == 1, f"{len(replays)} replays"
     check_generation(flint, eager, ids.shape[1])
+
+
+# Assisted generation. The draft proposes DRAFT_TOKENS tokens a round (fewer as
+# max_new_tokens nears), so a step verifies up to 11 tokens per request: the
+# op's calls of 8 and 3, and single calls of 1 to 8 tokens.
+DRAFT_TOKENS = 10
+
+
+def draft_for(model, draft_tokens: int = DRAFT_TOKENS):
+    """A smaller draft of ``model``, as layer-skipping drafts are: a copy of it
+    without its last layer (same embeddings, final norm and head), on
+    transformers' eager attention with the cache ``generate`` gives it. It
+    agrees with the target often enough that drafts are accepted in part and
+    rejected in part. It always proposes ``draft_tokens`` tokens: no
+    confidence cut-off (a random model is rarely confident, and would stop
+    each draft after one token)."""
+    draft = copy.deepcopy(model)
+    layers = max(1, model.config.num_hidden_layers - 1)
+    draft.model.layers = draft.model.layers[:layers]
+    draft.config.num_hidden_layers = layers
+    draft.config.layer_types = draft.config.layer_types[:layers]
+    draft.set_attn_implementation("eager")
+    draft.generation_config.num_assistant_tokens = draft_tokens
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    return draft
+
+
+def assisted_generate(model, draft, ids, attention: str, steps: int = STEPS, max_tokens: int | None = None):
+    """``model.generate(..., assistant_model=draft)`` greedily on one request
+    (assisted generation takes one), the target's attention ``attention``;
+    with "flint" a FlintPagedCache of ``max_tokens`` tokens, by default
+    ``prompt + steps`` (no step writes past them). Returns the output and
+    the cache (None for eager)."""
+    cache = None
+    kwargs = dict(max_new_tokens=steps, do_sample=False, assistant_model=draft, return_dict_in_generate=True,
+                  output_logits=True)
+    if attention == "flint":
+        attention = flint_tf.register()
+        max_tokens = max_tokens or ids.shape[1] + steps
+        cache = kwargs["past_key_values"] = flint_tf.FlintPagedCache(model.config, 1, max_tokens, model.device)
+    with flint_tf.attention_implementation(model, attention), torch.inference_mode():
+        return model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs), cache
+
+
+def record_steps(monkeypatch) -> list:
+    """Records, in order, the op's calls on the first layer's pool (which
+    starts the storage of every layer's) as ("op", Q, seq_len of request 0),
+    and the cache's crops as ("crop", tokens removed)."""
+    events = []
+    real_op, real_crop = flint_tf.flint_decode_attention, flint_tf.FlintPagedCache.crop
+
+    def op(q, kv_cache, block_tables, seq_lens, *args, **kwargs):
+        if kv_cache.storage_offset() == 0:
+            events.append(("op", q.shape[1] if q.dim() == 4 else 1, int(seq_lens[0])))
+        return real_op(q, kv_cache, block_tables, seq_lens, *args, **kwargs)
+
+    def crop(cache, tokens_to_remove):
+        events.append(("crop", -tokens_to_remove))
+        return real_crop(cache, tokens_to_remove)
+
+    monkeypatch.setattr(flint_tf, "flint_decode_attention", op)
+    monkeypatch.setattr(flint_tf.FlintPagedCache, "crop", crop)
+    return events
+
+
+def steps_and_rollbacks(events) -> tuple[list[list[tuple[int, int]]], list[int], list[int]]:
+    """The op's calls grouped by forward (the forwards after the prefill, each
+    after a crop), each a list of (Q, seq_len); the rollbacks (crops of r > 0
+    tokens) that reached the op; and how many draft tokens each forward kept
+    (of the T - 1 it verified). Asserts what the calls must be: a forward's
+    calls cover its tokens in order, in calls of 8 but the last; after a crop
+    of r tokens, the next forward writes from r positions before where the
+    last one ended."""
+    steps = []  # (tokens the crop before it removed, its calls)
+    for event in events:
+        if event[0] == "crop":
+            steps.append((event[1], []))
+        elif steps:  # the prefill calls no op: every call follows a crop
+            steps[-1][1].append(event[1:])
+    steps = [step for step in steps if step[1]]
+    rollbacks, kept = [], []
+    for (_, previous), (removed, calls) in zip(steps, steps[1:]):
+        assert calls[0][1] - calls[0][0] == previous[-1][1] - removed, (previous, removed, calls)
+        if removed:
+            rollbacks.append(removed)
+        kept.append(sum(q for q, _ in previous) - 1 - removed)
+    for _, calls in steps:
+        assert all(q == 8 for q, _ in calls[:-1]), calls
+        assert all(end - q == start for (_, start), (q, end) in zip(calls, calls[1:])), calls
+    return [calls for _, calls in steps], rollbacks, kept
+
+
+def check_assisted(model, prompts, monkeypatch) -> None:
+    """Flint's assisted generation against eager's (assisted and plain), one
+    request at a time, and the evidence that it verified several tokens per
+    call and rolled the cache back."""
+    draft = draft_for(model)
+    tokens_per_call, chunked, rollbacks, kept = set(), 0, [], []
+    for prompt in prompts:
+        ids = torch.tensor([prompt], device=model.device)
+        eager_assisted, _ = assisted_generate(model, draft, ids, "eager")
+        eager = eager_generate(model, ids, torch.ones_like(ids))
+        events = record_steps(monkeypatch)
+        flint, cache = assisted_generate(model, draft, ids, "flint")
+        monkeypatch.undo()
+        assert torch.equal(flint.logits[0], eager_assisted.logits[0]), "the prefill is eager's"
+        check_generation(flint, eager_assisted, ids.shape[1])
+        check_generation(flint, eager, ids.shape[1])
+        # The cache holds every token but the last (the target's own, not fed back yet).
+        assert cache.get_seq_length() == int(cache.seq_lens[0]) == flint.sequences.shape[1] - 1
+        calls, removed, accepted = steps_and_rollbacks(events)
+        tokens_per_call |= {q for step in calls for q, _ in step}
+        chunked += sum(len(step) > 1 for step in calls)
+        rollbacks += removed
+        kept += accepted
+    # Calls of 8 tokens and of 2 to 7, forwards of more than 8 tokens split
+    # into calls, rejected draft tokens taken back, and accepted ones kept
+    # (their K/V, written by a multi-token call, read by the later steps).
+    assert 8 in tokens_per_call and tokens_per_call & set(range(2, 8)), sorted(tokens_per_call)
+    assert chunked and rollbacks and any(kept), (chunked, rollbacks, kept)
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_assisted_generate_matches_eager(kind, monkeypatch):
+    """Assisted generation with a smaller draft on transformers' eager
+    attention: the target through the op gives eager's tokens, up to near
+    ties, and logits within the bound, at every step."""
+    builder, kwargs, lens, seed = MODELS[kind]
+    model = builder(**kwargs)
+    prompts = make_prompts(lens, model.config.vocab_size, seed)
+    check_assisted(model, prompts, monkeypatch)
+    if kind == "flint":  # flint_generate passes the draft on to generate
+        ids = torch.tensor([prompts[0]])
+        by_hand, _ = assisted_generate(model, draft_for(model), ids, "flint")
+        sequences = flint_tf.flint_generate(model, ids, max_new_tokens=STEPS, do_sample=False,
+                                            assistant_model=draft_for(model))
+        assert torch.equal(sequences, by_hand.sequences)
+
+
+@needs_hopper
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_gpu_assisted_generate_matches_eager(kind, exact_bf16_gemms, monkeypatch):
+    """The same on the GPU's kernels, with a prompt of GPU_EXTRA_LEN too."""
+    builder, kwargs, lens, seed = MODELS[kind]
+    model = builder(device="cuda", **kwargs)
+    skip_unserved_head_dim(model)
+    check_assisted(model, make_prompts(lens + [GPU_EXTRA_LEN], model.config.vocab_size, seed), monkeypatch)
+
+
+_REAL_OP = flint_tf.flint_decode_attention
+
+
+def _draft_sees_ahead(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, **kwargs):
+    """Every token of a multi-token call at the last position: the draft's
+    tokens attend to the ones after them."""
+    if q.dim() == 3:
+        return _REAL_OP(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out)
+    for i in range(q.shape[1]):
+        _REAL_OP(q[:, i], kv_cache, block_tables, seq_lens, sinks, window, scale, out[:, i])
+    return out
+
+
+def _window_from_the_last_token(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out, **kwargs):
+    """Each token of a multi-token call causal, but its window starting where
+    the last token's does (window counted from the last token)."""
+    if q.dim() == 3 or window is None:
+        return _REAL_OP(q, kv_cache, block_tables, seq_lens, sinks, window, scale, out)
+    tokens = q.shape[1]
+    for i in range(tokens):
+        before = tokens - 1 - i  # tokens after this one
+        _REAL_OP(q[:, i], kv_cache, block_tables, seq_lens - before, sinks, max(1, window - before), scale,
+                 out[:, i])
+    return out
+
+
+def _no_rollback(cache, tokens_to_remove):
+    """transformers told of the crop (its length), the op's lengths left as they were."""
+    cache._seen += tokens_to_remove
+
+
+@pytest.fixture(scope="module")
+def assisted_reference():
+    """The FlintForCausalLM, its draft, a prompt longer than its window, and
+    eager's assisted generation of it."""
+    builder, kwargs, lens, seed = MODELS["flint"]
+    model = builder(**kwargs)
+    draft = draft_for(model)
+    ids = torch.tensor([make_prompts(lens, model.config.vocab_size, seed)[-1]])
+    assert ids.shape[1] > model.config.sliding_window
+    return model, draft, ids, assisted_generate(model, draft, ids, "eager")[0]
+
+
+@pytest.mark.parametrize("error", ["draft-sees-ahead", "window-from-the-last-token", "no-rollback"])
+def test_assisted_check_catches_multi_token_errors(assisted_reference, error, monkeypatch):
+    model, draft, ids, eager = assisted_reference
+    if error == "no-rollback":
+        monkeypatch.setattr(flint_tf.FlintPagedCache, "crop", _no_rollback)
+    else:
+        wrong = _draft_sees_ahead if error == "draft-sees-ahead" else _window_from_the_last_token
+        monkeypatch.setattr(flint_tf, "flint_decode_attention", wrong)
+    # Without rollbacks the lengths grow by the rejected tokens too.
+    flint, _ = assisted_generate(model, draft, ids, "flint", max_tokens=ids.shape[1] + STEPS * (DRAFT_TOKENS + 1))
+    with pytest.raises(AssertionError, match="logits differ"):
+        check_generation(flint, eager, ids.shape[1])
+
+
+def test_crop_lowers_the_lengths_and_keeps_the_pages():
+    config = flint_tf.random_flint(layers=3).config
+    cache = flint_tf.FlintPagedCache(config, batch_size=2, max_tokens=64, device="cpu")
+    cache.start([17, 5], padded_len=17)
+    cache.advance(8)
+    tables, free = cache.block_tables.clone(), len(cache._free)
+    cache.crop(0)
+    assert cache.seq_lens.tolist() == [25, 13] and cache.get_seq_length() == 25
+    cache.crop(-6)
+    assert cache.seq_lens.tolist() == [19, 7] and cache.get_seq_length() == 19
+    cache.advance(6)  # the dropped positions again, on the pages the requests kept
+    assert cache.seq_lens.tolist() == [25, 13] and len(cache._free) == free
+    assert torch.equal(cache.block_tables, tables)
+    with pytest.raises(ValueError, match="minus the number of tokens"):
+        cache.crop(3)
+    with pytest.raises(ValueError, match="holds 13 tokens"):
+        cache.crop(-14)

@@ -32,7 +32,9 @@ How an attention layer maps onto the op (query ``[B, H, T, D]``, key/value
 applies it; Flint's full-attention layers apply none):
 
 - q: ``query`` as ``[B, H, D]`` (T = 1) or ``[B, T, H, D]`` (T new tokens per
-  request, e.g. speculative decoding).
+  request, e.g. a draft being verified), token i at position ``seq_len - T + i``;
+  past 8 tokens (the op's most), one call per 8 tokens, each with the lengths
+  cut after its last token.
 - K/V write: token p of request b (0-based, pads not counted) goes to row
   ``p % 16`` of block ``block_tables[b, p // 16]`` of the layer's pool
   ``[num_blocks, kvH, 16, 2 * D]``, K in the first half of the last dim, V in
@@ -55,6 +57,15 @@ The prefill (the first forward, into an empty cache) runs the model's own
 mask function is eager's there, and None afterwards: Flint masks by seq_lens
 and window), so its logits are eager's exactly.
 
+Speculative (assisted) decoding: ``model.generate(..., assistant_model=draft)``
+with a FlintPagedCache verifies the draft's k tokens in one forward of T = k + 1
+tokens (the target's last token, not cached yet, and the draft's), then calls
+``past_key_values.crop(-r)`` to drop the r rejected ones (``crop(0)`` when all
+were accepted): ``crop`` lowers every request's length by r, the pages stay
+with the request, and the next step overwrites those positions. The draft runs
+with its own attention and cache (transformers gives the assistant a cache of
+its own).
+
 ``python -m flint_attention.integrations.transformers --demo`` generates with
 a small random FlintForCausalLM through both attentions and prints the tokens.
 """
@@ -69,7 +80,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from flint_attention.ops import flint_decode_attention
+from flint_attention.ops import MAX_QUERY_TOKENS, flint_decode_attention
 
 try:
     import transformers
@@ -117,7 +128,7 @@ class _FlintLayer(CacheLayerMixin):
     asks of a layer); the pool and the lengths are the cache's."""
 
     is_compileable = False
-    is_croppable = False
+    is_croppable = True  # FlintPagedCache.crop lowers the lengths of every layer at once
 
     def __init__(self, cache: FlintPagedCache, batch_size: int, sliding: bool):
         super().__init__()
@@ -160,7 +171,8 @@ class FlintPagedCache(Cache):
     Steps: inside ``generate`` (or a plain forward) each forward after the
     prefill takes its T new tokens per request by itself. A host loop that
     replays a CUDA graph calls ``advance(T)`` before each step and runs it
-    with ``decode_step`` / ``GraphedDecodeStep`` instead.
+    with ``decode_step`` / ``GraphedDecodeStep`` instead. ``crop(-r)`` takes
+    the last r tokens of every request back (rejected draft tokens).
 
     Sliding-window layers keep every token here too; an engine could give
     their pages back once they fall out of the window, since Flint reads only
@@ -192,6 +204,7 @@ class FlintPagedCache(Cache):
         self._host_steps = False  # whether the host calls advance() before each step
         self._prefill = False  # whether the running forward is the prefill
         self._slots: tuple[torch.Tensor, ...] | None = None  # where this forward's new K/V go
+        self._cut_lens: list[torch.Tensor] = []  # a step of T > 8 tokens: its calls' seq_lens but the last's
         self._sinks: dict[int, torch.Tensor] = {}
 
     # transformers' Cache API
@@ -219,6 +232,27 @@ class FlintPagedCache(Cache):
     @property
     def is_compileable(self) -> bool:
         return False
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drops the last ``-tokens_to_remove`` tokens of every request, as
+        transformers 5.23's ``Cache.crop`` takes it (a count <= 0; assisted
+        decoding calls ``crop(-r)`` after each verification, r the rejected
+        draft tokens, 0 included). The lengths go down, the requests keep
+        their pages, and the next step overwrites the positions past the new
+        lengths: the op never reads them before."""
+        if tokens_to_remove > 0:
+            raise ValueError(
+                f"crop({tokens_to_remove}): pass minus the number of tokens to remove, as transformers' "
+                "Cache.crop takes it (a positive length is not supported)"
+            )
+        count = -tokens_to_remove
+        if count == 0:
+            return
+        if count > min(self._lens):
+            raise ValueError(f"crop({tokens_to_remove}): a request of this cache holds {min(self._lens)} tokens")
+        self._lens = [length - count for length in self._lens]
+        self._seen -= count
+        self._upload()
 
     # Host side
     def _grow(self, request: int, length: int) -> None:
@@ -268,10 +302,15 @@ class FlintPagedCache(Cache):
     def _step_slots(self, tokens: int) -> torch.Tensor:
         """Where this step's ``tokens`` new K/V per request go: positions
         ``seq_lens - tokens ...`` (tensor ops only, so a CUDA graph captures
-        them and follows the in-place updates). Returns the positions [B, T]."""
+        them and follows the in-place updates). Returns the positions [B, T].
+        Past 8 tokens, also the seq_lens of ``attend``'s calls but the last:
+        made here, before any layer writes its K/V, so that the kernel right
+        before the op never writes the lengths it reads (programmatic
+        dependent launch, docs/semantics.md)."""
         position = self.seq_lens.long()[:, None] - tokens + torch.arange(tokens, device=self.seq_lens.device)
         block = self.block_tables.gather(1, position // PAGE_TOKENS).long()
         self._slots = (None, None, block, position % PAGE_TOKENS)
+        self._cut_lens = [self.seq_lens - (tokens - end) for end in range(MAX_QUERY_TOKENS, tokens, MAX_QUERY_TOKENS)]
         return position
 
     def _begin(self, tokens: int, position_ids: torch.Tensor | None) -> None:
@@ -314,12 +353,25 @@ class FlintPagedCache(Cache):
     def attend(self, layer: int, query: torch.Tensor, sinks: torch.Tensor | None, window: int | None,
                scale: float) -> torch.Tensor:
         """Flint over the pages for this step's T tokens: ``[B, H, T, D]`` ->
-        ``[B, T, H, D]``; ``sinks`` fp32 ``[H]`` (``keep_sinks``) or None."""
+        ``[B, T, H, D]``; ``sinks`` fp32 ``[H]`` (``keep_sinks``) or None.
+        The op takes up to 8 tokens a call: more go in calls of 8 (the last
+        one shorter), in order, each with seq_lens cut after its last token,
+        which is what one call of T tokens would compute (each token attends
+        up to its own position)."""
         tokens = query.shape[2]
-        q = query[:, :, 0] if tokens == 1 else query.transpose(1, 2).contiguous()
+        if tokens == 1:
+            q = query[:, :, 0]
+            out = torch.empty_like(q)
+            flint_decode_attention(q, self.kv[layer], self.block_tables, self.seq_lens, sinks, window, scale, out)
+            return out.unsqueeze(1)
+        q = query.transpose(1, 2).contiguous()
         out = torch.empty_like(q)
-        flint_decode_attention(q, self.kv[layer], self.block_tables, self.seq_lens, sinks, window, scale, out)
-        return out.unsqueeze(1) if tokens == 1 else out
+        for call, start in enumerate(range(0, tokens, MAX_QUERY_TOKENS)):
+            end = min(start + MAX_QUERY_TOKENS, tokens)
+            seq_lens = self.seq_lens if end == tokens else self._cut_lens[call]
+            flint_decode_attention(q[:, start:end], self.kv[layer], self.block_tables, seq_lens, sinks, window,
+                                   scale, out[:, start:end])
+        return out
 
 
 def _eager_attention(module):
@@ -431,7 +483,8 @@ def flint_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
     **generate_kwargs)`` with Flint: the model's attention set to "flint" for
     the call and a fresh ``FlintPagedCache`` as ``past_key_values``; returns
     what ``generate`` returns. ``input_ids`` left-padded as for ``generate``
-    (``attention_mask`` 0 on the pads).
+    (``attention_mask`` 0 on the pads). With ``assistant_model=draft``
+    (one request): assisted generation, the draft on its own attention.
 
     ``cuda_graph=True`` (a CUDA model): greedy decoding in a host loop whose
     decode steps replay one captured CUDA graph; it returns what greedy
