@@ -528,6 +528,13 @@ def xqa_variant(row: Row) -> tuple:
                             row.q_tokens)
 
 
+def _into(fn, kw: dict, out):
+    """fn(**kw), then the caller's out: XQA returns its own [B Q, H, D] view
+    of it, while the checks compare Flint's [B, Q, H, D] buffer."""
+    fn(**kw)
+    return out
+
+
 def make_xqa(inp: RowInputs, kv_dtype: str, prebuild_timeout: float = 300.0) -> Impl:
     """FlashInfer's Hopper decode (XQA) on zero-copy K/V views of the cache."""
     try:
@@ -551,7 +558,7 @@ def make_xqa(inp: RowInputs, kv_dtype: str, prebuild_timeout: float = 300.0) -> 
         kw = peer_xqa.call_kwargs(inp.qs[s], kv, ws, inp.tables[s], inp.seq_lens, inp.sinks, row.window,
                                   row.scale, outs[s], max(row.seq_lens),
                                   K_SCALE if fp8 else None, V_SCALE if fp8 else None, mask=mask)
-        fns.append(functools.partial(trtllm_batch_decode_with_kv_cache, **kw))
+        fns.append(functools.partial(_into, trtllm_batch_decode_with_kv_cache, kw, outs[s]))
     note = f"flashinfer {fi.__version__} backend=xqa" + (" (fp8 cache, bf16 q/out)" if fp8 else "")
     checked = None
     if row.q_tokens > 1:
