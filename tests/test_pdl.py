@@ -46,12 +46,13 @@ def _new_rows(batch, num_kv_heads, kv_dtype):
     return rows.clamp(-400, 400).to(kv_dtype) if kv_dtype == FP8 else rows.to(torch.bfloat16)
 
 
-def _advance(bt, sl):
-    """Next token of every request: seq_len + 1 and its (block, row) slot."""
-    sl += 1
-    pos = (sl - 1).long()
-    block = bt.gather(1, (pos // 16)[:, None])[:, 0].contiguous()
-    row = (pos % 16).to(torch.int32)
+def _advance(bt, sl, q_tokens=1):
+    """The next q_tokens tokens of every request: seq_len + q_tokens and
+    their (block, row) slots, request-major."""
+    sl += q_tokens
+    pos = (sl[:, None] - q_tokens + torch.arange(q_tokens, device=sl.device)).long()
+    block = bt.gather(1, pos // 16).reshape(-1).contiguous()
+    row = (pos % 16).to(torch.int32).reshape(-1).contiguous()
     return block, row
 
 
@@ -66,6 +67,16 @@ def _check(inp, window):
                              SCALE, inp.k_scale, inp.v_scale))
 
 
+def _write_then_decode(inp, src_q, src_kv, block, row, window):
+    """The early-triggering writer, the decode right behind it, both checked."""
+    torch.cuda.synchronize()
+    _writer()(src_q, inp.q, src_kv, inp.kv_cache, block, row, 20000)
+    _decode(inp, window)
+    torch.cuda.synchronize()
+    assert torch.equal(inp.q, src_q)
+    _check(inp, window)
+
+
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
 @pytest.mark.parametrize("window", [None, 128])
 @pytest.mark.parametrize("batch,num_kv_heads", [(1, 8), (4, 2), (33, 1)])
@@ -76,12 +87,7 @@ def test_pdl_chain_eager(batch, num_kv_heads, window, kv_dtype):
         src_q = torch.randn_like(inp.q, dtype=torch.float32).to(torch.bfloat16)
         src_kv = _new_rows(batch, num_kv_heads, kv_dtype)
         block, row = _advance(inp.block_tables, inp.seq_lens)
-        torch.cuda.synchronize()
-        _writer()(src_q, inp.q, src_kv, inp.kv_cache, block, row, 20000)
-        _decode(inp, window)
-        torch.cuda.synchronize()
-        assert torch.equal(inp.q, src_q)
-        _check(inp, window)
+        _write_then_decode(inp, src_q, src_kv, block, row, window)
 
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES, ids=["bf16", "fp8"])
@@ -132,13 +138,5 @@ def test_pdl_chain_query_tokens(q_tokens, group, window, kv_dtype):
         src_q = torch.randn_like(inp.q, dtype=torch.float32).to(torch.bfloat16)
         rows = torch.randn(batch * q_tokens, num_kv_heads, 256, device="cuda") * 3
         src_kv = rows.clamp(-400, 400).to(kv_dtype) if kv_dtype == FP8 else rows.to(torch.bfloat16)
-        inp.seq_lens.add_(q_tokens)
-        pos = (inp.seq_lens[:, None] - q_tokens + torch.arange(q_tokens, device="cuda")).long()
-        block = inp.block_tables.gather(1, pos // 16).reshape(-1).contiguous()
-        row = (pos % 16).to(torch.int32).reshape(-1).contiguous()
-        torch.cuda.synchronize()
-        _writer()(src_q, inp.q, src_kv, inp.kv_cache, block, row, 20000)
-        _decode(inp, window)
-        torch.cuda.synchronize()
-        assert torch.equal(inp.q, src_q)
-        _check(inp, window)
+        block, row = _advance(inp.block_tables, inp.seq_lens, q_tokens)
+        _write_then_decode(inp, src_q, src_kv, block, row, window)
