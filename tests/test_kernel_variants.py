@@ -79,8 +79,9 @@ def test_variant_groups_without_sinks_with_lse(plan, group, sinks, window):
 
 
 # (group, query tokens, sinks, window): a kv head's group x tokens rows go
-# through the kernels in tiles of 8, so these are 1, 2, 2 (one partly
-# filled), 5 and 16 tiles, windows shorter and longer than the draft.
+# through the kernels in tiles of 8, so these are 2 (the second partly
+# filled), 2, 2 (partly), 2, 5 and 16 tiles, windows shorter and longer than
+# the draft.
 ROW_TILES = [(12, 1, True, None), (16, 1, False, 37), (4, 3, False, 2), (8, 2, True, None),
              (5, 8, True, 5), (16, 8, False, 20)]
 
