@@ -96,15 +96,18 @@ def test_gpu_single_request(seq_len, num_kv_heads, window):
 
 
 @sanitizer_subset
+@pytest.mark.parametrize("shape", [dict(), dict(group=12, q_tokens=3)], ids=["g8", "g12_q3"])
 @pytest.mark.parametrize("window", [None, 128])
-def test_cuda_graph_replays_follow_inputs_changed_in_place(window):
+def test_cuda_graph_replays_follow_inputs_changed_in_place(window, shape):
     # Lengths grow, shrink and hit 0 between replays; block tables, q, sinks
     # and the cache contents all change. Shapes stay fixed, as a graph needs.
+    # With query tokens, the drafts move across page boundaries (lengths 15,
+    # 17, 18, 33) and some requests are shorter than the draft.
     batch, num_kv_heads = 4, 8
-    sets = [[1, 4097, 0, 300], [2000, 17, 16, 5000], [33, 0, 6000, 1], [0, 0, 0, 0]]
+    sets = [[1, 4097, 0, 300], [2000, 17, 16, 5000], [33, 0, 6000, 1], [15, 18, 2, 31], [0, 0, 0, 0]]
     inputs = [
         make_paged_inputs(batch, lens, num_kv_heads, window, "cuda", strided_cache=True,
-                          num_blocks=1200, max_blocks=400)
+                          num_blocks=1200, max_blocks=400, **shape)
         for lens in sets
     ]  # fmt: skip
     live = inputs[0]
@@ -174,17 +177,20 @@ def test_thousand_launches_reuse_counters():
     # self-resetting arrival counters; alternating them reuses the counters
     # with different split counts. Every output must equal the first one of its
     # config bit for bit, and samples are checked against the references.
-    configs = [make_paged_inputs(1, [32768], 8, None, "cuda"), make_paged_inputs(4, [5000, 17, 8192, 1], 8, None, "cuda")]
+    # The third config has 4 query tokens over 12 query heads a kv head: 6
+    # row tiles a kv head, each split over CTAs.
+    configs = [make_paged_inputs(1, [32768], 8, None, "cuda"), make_paged_inputs(4, [5000, 17, 8192, 1], 8, None, "cuda"),
+               make_paged_inputs(2, [20000, 3], 2, None, "cuda", group=12, q_tokens=4)]
     outs = []
     for i in range(1000):
-        inp = configs[i % 2]
+        inp = configs[i % 3]
         out = torch.full_like(inp.out, NAN)
         flint_decode_attention(inp.q, inp.kv_cache, inp.block_tables, inp.seq_lens, inp.sinks, None, 0.125, out)
         outs.append(out)
     torch.cuda.synchronize()
-    for i in [0, 1, 2, 3, 500, 501, 998, 999]:
-        check_output(outs[i], configs[i % 2], None, 0.125, what=f"launch {i}")
-    changed = [i for i, out in enumerate(outs) if not torch.equal(out, outs[i % 2])]
+    for i in [0, 1, 2, 3, 4, 5, 500, 501, 502, 996, 997, 998]:
+        check_output(outs[i], configs[i % 3], None, 0.125, what=f"launch {i}")
+    changed = [i for i, out in enumerate(outs) if not torch.equal(out, outs[i % 3])]
     assert not changed, f"{len(changed)} launches differ from the first of their config, first {changed[0]}"
 
 
