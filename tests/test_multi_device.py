@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import HOPPER_SKIP_REASON, check_output, run_op
 
-from flint_attention.testing import make_paged_inputs
+from flint_attention.testing import FP8, make_paged_inputs
 
 
 def _two_hopper_skip_reason() -> str | None:
@@ -35,17 +35,22 @@ def _sync_all() -> None:
         torch.cuda.synchronize(dev)
 
 
+@pytest.mark.parametrize("shape", [dict(), dict(group=12, q_tokens=3, with_lse=True)], ids=["g8", "g12_q3"])
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
 @pytest.mark.parametrize("window", [None, 128])
-def test_alternating_devices_share_nothing(window):
+def test_alternating_devices_share_nothing(window, kv, shape):
     # With full attention, batch 1 and 4 use several splits and the last-CTA
     # merge, so each call leans on its device's counters (with window 128 the
-    # cluster merge and single splits: no counters); the current device stays
-    # cuda:0 while half the calls run on cuda:1 tensors.
-    configs = [(1, [9000]), (4, [5000, 17, 0, 3000]), (1, [300])]
+    # cluster merge and single splits: no counters), and batch 16 the
+    # balanced kernel's cross-CTA merges; the current device stays cuda:0
+    # while half the calls run on cuda:1 tensors.
+    configs = [(1, [9000]), (4, [5000, 17, 0, 3000]), (1, [300]),
+               (16, [(997 * i) % 6000 for i in range(16)])]
+    fp8 = dict(kv_dtype=FP8, k_scale=[0.02] * 8, v_scale=0.03) if kv == "fp8" else {}
     inputs = []
-    for step in range(6):
+    for step in range(8):
         batch, lens = configs[step % len(configs)]
-        inputs += [(make_paged_inputs(batch, lens, 8, window, dev), dev) for dev in DEVICES]
+        inputs += [(make_paged_inputs(batch, lens, 8, window, dev, **fp8, **shape), dev) for dev in DEVICES]
     _sync_all()
     with torch.cuda.device(0):
         for inp, _ in inputs:
