@@ -12,6 +12,9 @@ constexpr int kHeadDim = 128;                      // per head, q / K / V / out
 // A kv head's query rows (group x query tokens) go through the kernels in
 // tiles of 8: the n = 8 columns of their MMAs.
 constexpr int kRowTile = 8;
+constexpr int row_tiles_of(int64_t group, int64_t q_tokens) {
+  return static_cast<int>((group * q_tokens + kRowTile - 1) / kRowTile);
+}
 constexpr int kPageTokens = 16;                    // tokens per cache block
 constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V]
 

@@ -32,7 +32,7 @@ struct DecodeArgs {
   // heads x the row tiles of a kv head's group x query-token rows.
   int64_t tiles() const {
     const int64_t kv_heads = kv_cache.size(1), tokens = multi_token() ? q.size(1) : 1;
-    return kv_heads * ((q.size(-2) / kv_heads * tokens + kRowTile - 1) / kRowTile);
+    return kv_heads * row_tiles_of(q.size(-2) / kv_heads, tokens);
   }
 };
 
