@@ -73,17 +73,25 @@ __device__ __forceinline__ int head_of(const DecodeParams& p, int u, int j) {
   return kv_head_of_tile(p, u) * p.group + row_of(p, u, j) % p.group;
 }
 
+// Where request b's column j row lies in a [batch, q_tokens, heads, ...]
+// tensor of these strides (only where has_row).
+__device__ __forceinline__ int64_t row_offset(const DecodeParams& p, int b, int u, int j,
+                                              int64_t stride_b, int64_t stride_t,
+                                              int64_t stride_h) {
+  return b * stride_b + row_of(p, u, j) / p.group * stride_t + head_of(p, u, j) * stride_h;
+}
+
 __device__ __forceinline__ const uint16_t* q_row_of(const DecodeParams& p, int b, int u, int j) {
-  return has_row(p, u, j) ? p.q + b * p.q_stride_b + row_of(p, u, j) / p.group * p.q_stride_t +
-                                head_of(p, u, j) * p.q_stride_h
-                          : nullptr;
+  return has_row(p, u, j)
+             ? p.q + row_offset(p, b, u, j, p.q_stride_b, p.q_stride_t, p.q_stride_h)
+             : nullptr;
 }
 
 // Column j's output row; nullptr past the rows.
 __device__ __forceinline__ uint16_t* out_row_of(const DecodeParams& p, int b, int u, int j) {
-  return has_row(p, u, j) ? p.out + b * p.out_stride_b + row_of(p, u, j) / p.group * p.out_stride_t +
-                                head_of(p, u, j) * p.out_stride_h
-                          : nullptr;
+  return has_row(p, u, j)
+             ? p.out + row_offset(p, b, u, j, p.out_stride_b, p.out_stride_t, p.out_stride_h)
+             : nullptr;
 }
 
 // Column j's sink x log2(e): -inf (no sink) without sinks and past the rows.
@@ -124,8 +132,7 @@ __device__ __forceinline__ void store_lse(const DecodeParams& p, int b, int u, i
   if (p.lse == nullptr || !has_row(p, u, j)) return;
   const float lse2 =
       m_scaled == neg_inf() ? sink_log2 : m_scaled + ptx::lg2(l + ptx::ex2(sink_log2 - m_scaled));
-  p.lse[b * p.lse_stride_b + row_of(p, u, j) / p.group * p.lse_stride_t +
-        head_of(p, u, j) * p.lse_stride_h] = lse2 * kLn2F;
+  p.lse[row_offset(p, b, u, j, p.lse_stride_b, p.lse_stride_t, p.lse_stride_h)] = lse2 * kLn2F;
 }
 
 // One chunk of partials into the running sums of one head's dims: o += w_c O_c,
