@@ -50,89 +50,96 @@ __device__ __forceinline__ float normalize_with_sink(float v, float l, float sin
   return attends ? v / (l + ptx::ex2(sink_log2 - m_scaled)) : 0.f;
 }
 
-// ---- row tiles and their columns -----------------------------------------------
+// ---- row tiles and their columns ----------------------------------------------
 // The kernels divide tiles (DecodeParams::tiles): tile u is row tile u %
-// row_tiles of kv head u / row_tiles. Its column j (< 8) is its kv head's query row r =
-// 8 (u % row_tiles) + j: query token r / G, query head r % G of the group (G
-// = p.group). A column past the Q x G rows holds a zero query; nothing of it
-// is stored, and its q row and sink are never read (they do not exist).
+// row_tiles of kv head u / row_tiles. Its column j (< 8) is the kv head's
+// query row r = 8 (u % row_tiles) + j: query token r / G, query head r % G of
+// the group (G = p.group). A column past the Q x G rows holds a zero query;
+// nothing of it is stored, and its q row and sink are never read (they do not
+// exist). One tile per kv head and one token (most calls) need no division.
 __device__ __forceinline__ int kv_head_of_tile(const DecodeParams& p, int u) {
-  return u / p.row_tiles;
+  return p.row_tiles == 1 ? u : int(unsigned(u) / unsigned(p.row_tiles));
 }
 
-__device__ __forceinline__ int row_of(const DecodeParams& p, int u, int j) {
-  return (u % p.row_tiles) * kRowTile + j;
+// Column j of tile u as a query row: its token and its query head (an index
+// into the call's heads); token < 0 past the rows.
+struct Column {
+  int token, head;
+};
+// Several tiles or tokens: two divisions, kept out of line so that the many
+// sites that ask stay small (the kernels' code already fills the instruction
+// cache).
+inline __device__ __noinline__ Column column_of_rows(int row_tiles, int group, int q_tokens, int u,
+                                                     int j) {
+  const int kvh = int(unsigned(u) / unsigned(row_tiles));
+  const int r = (u - kvh * row_tiles) * kRowTile + j;
+  if (r >= group * q_tokens) return {-1, 0};
+  const int i = int(unsigned(r) / unsigned(group));
+  return {i, kvh * group + r - i * group};
+}
+__device__ __forceinline__ Column column_of(const DecodeParams& p, int u, int j) {
+  const int g = p.group;
+  if (p.row_tiles == 1 && p.q_tokens == 1) return j < g ? Column{0, u * g + j} : Column{-1, 0};
+  return column_of_rows(p.row_tiles, g, p.q_tokens, u, j);
 }
 
-__device__ __forceinline__ bool has_row(const DecodeParams& p, int u, int j) {
-  return row_of(p, u, j) < p.group * p.q_tokens;
-}
-
-// Column j's query head, an index into the call's heads.
-__device__ __forceinline__ int head_of(const DecodeParams& p, int u, int j) {
-  return kv_head_of_tile(p, u) * p.group + row_of(p, u, j) % p.group;
-}
-
-// Where request b's column j row lies in a [batch, q_tokens, heads, ...]
-// tensor of these strides (only where has_row).
-__device__ __forceinline__ int64_t row_offset(const DecodeParams& p, int b, int u, int j,
-                                              int64_t stride_b, int64_t stride_t,
+// Where request b's row of column c lies in a [batch, q_tokens, heads, ...]
+// tensor of these strides (only where c.token >= 0).
+__device__ __forceinline__ int64_t row_offset(int b, Column c, int64_t stride_b, int64_t stride_t,
                                               int64_t stride_h) {
-  return b * stride_b + row_of(p, u, j) / p.group * stride_t + head_of(p, u, j) * stride_h;
+  return b * stride_b + c.token * stride_t + c.head * stride_h;
 }
 
-__device__ __forceinline__ const uint16_t* q_row_of(const DecodeParams& p, int b, int u, int j) {
-  return has_row(p, u, j)
-             ? p.q + row_offset(p, b, u, j, p.q_stride_b, p.q_stride_t, p.q_stride_h)
-             : nullptr;
+__device__ __forceinline__ const uint16_t* q_row_of(const DecodeParams& p, int b, Column c) {
+  return c.token >= 0 ? p.q + row_offset(b, c, p.q_stride_b, p.q_stride_t, p.q_stride_h)
+                      : nullptr;
 }
 
-// Column j's output row; nullptr past the rows.
-__device__ __forceinline__ uint16_t* out_row_of(const DecodeParams& p, int b, int u, int j) {
-  return has_row(p, u, j)
-             ? p.out + row_offset(p, b, u, j, p.out_stride_b, p.out_stride_t, p.out_stride_h)
-             : nullptr;
+// The column's output row; nullptr past the rows.
+__device__ __forceinline__ uint16_t* out_row_of(const DecodeParams& p, int b, Column c) {
+  return c.token >= 0 ? p.out + row_offset(b, c, p.out_stride_b, p.out_stride_t, p.out_stride_h)
+                      : nullptr;
 }
 
-// Column j's sink x log2(e): -inf (no sink) without sinks and past the rows.
-__device__ __forceinline__ float sink_log2_of(const DecodeParams& p, int u, int j) {
-  return p.sinks != nullptr && has_row(p, u, j) ? p.sinks[head_of(p, u, j)] * kLog2eF : neg_inf();
+// The column's sink x log2(e): -inf (no sink) without sinks and past the rows.
+__device__ __forceinline__ float sink_log2_of(const DecodeParams& p, Column c) {
+  return p.sinks != nullptr && c.token >= 0 ? p.sinks[c.head] * kLog2eF : neg_inf();
 }
 
-// The end (exclusive) of the positions column j attends, for a request of
+// The end (exclusive) of the positions the column attends, for a request of
 // seq_len tokens (clamped: seq_extent): its query token i sits at position
 // seq_len - Q + i. <= 0 where it attends nothing (a token before position 0,
 // or no row).
-__device__ __forceinline__ int column_end(const DecodeParams& p, int seq_len, int u, int j) {
-  return has_row(p, u, j) ? seq_len - p.q_tokens + 1 + row_of(p, u, j) / p.group : 0;
+__device__ __forceinline__ int column_end(const DecodeParams& p, int seq_len, Column c) {
+  return c.token >= 0 ? seq_len - p.q_tokens + 1 + c.token : 0;
 }
 
-// The positions [lo[e], hi[e]) that lane (g, t)'s columns 2t + e attend: the
-// window (if any) before each query token's own position.
+// The positions [lo[e], hi[e]) that lane (g, t)'s columns 2t + e of tile u
+// attend: the window (if any) before each query token's own position.
 struct ColumnSpans {
   int lo[2], hi[2];
 };
 __device__ __forceinline__ ColumnSpans column_spans(const DecodeParams& p, int seq_len, int u,
                                                     int t) {
-  ColumnSpans c;
+  ColumnSpans cs;
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    c.hi[e] = column_end(p, seq_len, u, 2 * t + e);
-    c.lo[e] = p.window > 0 ? c.hi[e] - p.window : 0;
+    cs.hi[e] = column_end(p, seq_len, column_of(p, u, 2 * t + e));
+    cs.lo[e] = p.window > 0 ? cs.hi[e] - p.window : 0;
   }
-  return c;
+  return cs;
 }
 
-// Column j's log-sum-exp, when the call asks for it: ln 2 x (m c + log2(l +
+// The column's log-sum-exp, when the call asks for it: ln 2 x (m c + log2(l +
 // 2^(sink log2(e) - m c))), the natural log of the denominator that
 // normalize_with_sink divides by; where m c is -inf (no position, or every
 // logit -inf) only the sink is left (-inf without one).
-__device__ __forceinline__ void store_lse(const DecodeParams& p, int b, int u, int j, float l,
+__device__ __forceinline__ void store_lse(const DecodeParams& p, int b, Column c, float l,
                                           float sink_log2, float m_scaled) {
-  if (p.lse == nullptr || !has_row(p, u, j)) return;
+  if (p.lse == nullptr || c.token < 0) return;
   const float lse2 =
       m_scaled == neg_inf() ? sink_log2 : m_scaled + ptx::lg2(l + ptx::ex2(sink_log2 - m_scaled));
-  p.lse[row_offset(p, b, u, j, p.lse_stride_b, p.lse_stride_t, p.lse_stride_h)] = lse2 * kLn2F;
+  p.lse[row_offset(b, c, p.lse_stride_b, p.lse_stride_t, p.lse_stride_h)] = lse2 * kLn2F;
 }
 
 // One chunk of partials into the running sums of one head's dims: o += w_c O_c,

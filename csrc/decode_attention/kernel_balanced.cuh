@@ -132,13 +132,14 @@ __device__ __forceinline__ RequestBlock<kPer> scan_block(const DecodeParams& p, 
 template <int E>
 __device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord& r,
                                        const float (&o)[E], float m, float l, int eh, int ed) {
-  uint16_t* const row = out_row_of(p, r.b, r.h, eh);
+  const Column col = column_of(p, r.h, eh);
+  uint16_t* const row = out_row_of(p, r.b, col);
   if (row == nullptr) return;
   const float m_scaled = m * r.scale_log2;
   store_out<E>(row + ed, o,
                normalize_with_sink(r.v_scale, l, r.sink_log2[eh], m_scaled,
-                                   column_end(p, r.seq_len, r.h, eh) > 0));
-  if (ed == 0) store_lse(p, r.b, r.h, eh, l, r.sink_log2[eh], m_scaled);
+                                   column_end(p, r.seq_len, col) > 0));
+  if (ed == 0) store_lse(p, r.b, col, l, r.sink_log2[eh], m_scaled);
 }
 
 // Who a thread is: its warp and lane (g = lane / 4, t = lane % 4), the dims
@@ -251,12 +252,10 @@ __device__ __forceinline__ void load_inputs(const DecodeParams& p, const Piece& 
   in.k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * kvh) : 1.f;
   in.v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * kvh) : 1.f;
   const bool sinks = p.sinks != nullptr;
-  in.sink0 = sinks && has_row(p, c.h, 2 * t) ? ptx::ld_global_f32(p.sinks + head_of(p, c.h, 2 * t))
-                                             : neg_inf();
-  in.sink1 = sinks && has_row(p, c.h, 2 * t + 1)
-                 ? ptx::ld_global_f32(p.sinks + head_of(p, c.h, 2 * t + 1))
-                 : neg_inf();
-  load_q_words_or_zeros<Kv>(q_row_of(p, c.b, c.h, g), t, in.q);
+  const Column col0 = column_of(p, c.h, 2 * t), col1 = column_of(p, c.h, 2 * t + 1);
+  in.sink0 = sinks && col0.token >= 0 ? ptx::ld_global_f32(p.sinks + col0.head) : neg_inf();
+  in.sink1 = sinks && col1.token >= 0 ? ptx::ld_global_f32(p.sinks + col1.head) : neg_inf();
+  load_q_words_or_zeros<Kv>(q_row_of(p, c.b, column_of(p, c.h, g)), t, in.q);
 }
 
 // The prologue's probe points as the balanced kernel's phases.
@@ -388,15 +387,16 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
 
     if (cur.off == 0 && cur.count == cur.e.num_pages) {
       // ---- a whole segment: normalize with the sink term and store --------
+      const Column col0 = column_of(p, cur.h, 2 * t), col1 = column_of(p, cur.h, 2 * t + 1);
       const float inv0 = normalize_with_sink(v_scale, st.l[0], sink0, st.m[0] * scale_log2,
-                                             column_end(p, cur.e.seq_len, cur.h, 2 * t) > 0);
+                                             column_end(p, cur.e.seq_len, col0) > 0);
       const float inv1 = normalize_with_sink(v_scale, st.l[1], sink1, st.m[1] * scale_log2,
-                                             column_end(p, cur.e.seq_len, cur.h, 2 * t + 1) > 0);
-      store_warp_out<Kv>(out_row_of(p, cur.b, cur.h, 2 * t), out_row_of(p, cur.b, cur.h, 2 * t + 1),
-                         st.o, inv0, inv1, g, t);
+                                             column_end(p, cur.e.seq_len, col1) > 0);
+      store_warp_out<Kv>(out_row_of(p, cur.b, col0), out_row_of(p, cur.b, col1), st.o, inv0, inv1,
+                         g, t);
       if (g == 0) {
-        store_lse(p, cur.b, cur.h, 2 * t, st.l[0], sink0, st.m[0] * scale_log2);
-        store_lse(p, cur.b, cur.h, 2 * t + 1, st.l[1], sink1, st.m[1] * scale_log2);
+        store_lse(p, cur.b, col0, st.l[0], sink0, st.m[0] * scale_log2);
+        store_lse(p, cur.b, col1, st.l[1], sink1, st.m[1] * scale_log2);
       }
     } else {
       // ---- part of a segment: a partial for the CTA merge -----------------
@@ -439,13 +439,14 @@ __device__ __forceinline__ void zero_empty_requests(const DecodeParams& p, const
     if (seq_extent(p, p.seq_lens[b]).num_pages > 0) continue;
     for (int i = tid; i < columns * kChunks; i += kThreads) {
       const int c = i / kChunks;
-      uint16_t* const row = out_row_of(p, b, c / kRowTile, c % kRowTile);
+      uint16_t* const row = out_row_of(p, b, column_of(p, c / kRowTile, c % kRowTile));
       if (row != nullptr) ptx::st_global_u32x4(row + (i % kChunks) * 8, 0u, 0u, 0u, 0u);
     }
     if (p.lse != nullptr) {
-      for (int c = tid; c < columns; c += kThreads)
-        store_lse(p, b, c / kRowTile, c % kRowTile, 0.f,
-                  sink_log2_of(p, c / kRowTile, c % kRowTile), neg_inf());
+      for (int c = tid; c < columns; c += kThreads) {
+        const Column col = column_of(p, c / kRowTile, c % kRowTile);
+        store_lse(p, b, col, 0.f, sink_log2_of(p, col), neg_inf());
+      }
     }
   }
 }

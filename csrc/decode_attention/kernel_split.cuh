@@ -126,18 +126,19 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   const int eh = merges ? tid / kThreadsPerHead : 0, ed = (tid % kThreadsPerHead) * E;
   const int bh = b * p.tiles + u;
   // Thread (eh, ed) stores column eh's dims where it has a query row.
-  uint16_t* out_row = out_row_of(p, b, u, eh);
+  const Column col = column_of(p, u, eh);
+  uint16_t* out_row = out_row_of(p, b, col);
   const bool stores = merges && out_row != nullptr;
   // NOTE: sinks are weights, never written by the kernel this one overlaps
   // with: read them first so that the epilogue never waits on a global load.
-  const float sink_scaled = sink_log2_of(p, u, eh);
+  const float sink_scaled = sink_log2_of(p, col);
   const float cluster_sink_scaled =
-      kClusterSplits > 0 ? sink_log2_of(p, u, cluster_merge_head<kWarps, kClusterSplits>(tid))
+      kClusterSplits > 0 ? sink_log2_of(p, column_of(p, u, cluster_merge_head<kWarps, kClusterSplits>(tid)))
                          : 0.f;
 
   // ---- sequence extent ---------------------------------------------------
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
-  const bool attends = column_end(p, seq_len, u, eh) > 0;  // column eh's query token
+  const bool attends = column_end(p, seq_len, col) > 0;  // column eh's query token
   // A split is active when each of its warps gets at least min_pages pages and
   // it is one of the request's `cap` CTAs (one wave in all, see cta_share),
   // and of those only as many as give each warp the same largest number of pages: the SMs left
@@ -160,7 +161,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
     if (split == 0 && stores) {
       float zeros[E] = {};
       store_out<E>(out_row + ed, zeros, 0.f);
-      if (ed == 0) store_lse(p, b, u, eh, 0.f, sink_scaled, neg_inf());
+      if (ed == 0) store_lse(p, b, col, 0.f, sink_scaled, neg_inf());
     }
     return;
   }
@@ -235,7 +236,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
     if (stores) {
       store_out<E>(out_row + ed, o,
                    normalize_with_sink(sc.out, l_cta, sink_scaled, m_cta_scaled, attends));
-      if (ed == 0) store_lse(p, b, u, eh, l_cta, sink_scaled, m_cta_scaled);
+      if (ed == 0) store_lse(p, b, col, l_cta, sink_scaled, m_cta_scaled);
     }
     probe.at(kSplitCtaMerged);
   } else {
@@ -274,7 +275,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
         if (stores) {
           store_out<E>(out_row + ed, o,
                        normalize_with_sink(sc.out, l, sink_scaled, m * sc.logits_log2, attends));
-          if (ed == 0) store_lse(p, b, u, eh, l, sink_scaled, m * sc.logits_log2);
+          if (ed == 0) store_lse(p, b, col, l, sink_scaled, m * sc.logits_log2);
         }
         probe.at(kSplitFinished);
         return;

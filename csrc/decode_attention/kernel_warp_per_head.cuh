@@ -102,19 +102,20 @@ __global__ void __launch_bounds__(32 * kWarps)
       if (pair + 2 * stride < num_pairs)
         len_after = p.seq_lens[(pair + 2 * stride) / p.tiles];
     }
-    uint16_t* const out0 = out_row_of(p, cur.b, cur.u, 2 * t);
-    uint16_t* const out1 = out_row_of(p, cur.b, cur.u, 2 * t + 1);
+    const Column col0 = column_of(p, cur.u, 2 * t), col1 = column_of(p, cur.u, 2 * t + 1);
+    uint16_t* const out0 = out_row_of(p, cur.b, col0);
+    uint16_t* const out1 = out_row_of(p, cur.b, col1);
     // Sinks are weights, never written by the previous kernel: read them first.
-    const float sink0 = sink_log2_of(p, cur.u, 2 * t);
-    const float sink1 = sink_log2_of(p, cur.u, 2 * t + 1);
+    const float sink0 = sink_log2_of(p, col0);
+    const float sink1 = sink_log2_of(p, col1);
 
     if (cur.num_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
       const float zeros[32] = {};
       store_warp_out<Kv>(out0, out1, zeros, 0.f, 0.f, g, t);
       if (g == 0) {
-        store_lse(p, cur.b, cur.u, 2 * t, 0.f, sink0, neg_inf());
-        store_lse(p, cur.b, cur.u, 2 * t + 1, 0.f, sink1, neg_inf());
+        store_lse(p, cur.b, col0, 0.f, sink0, neg_inf());
+        store_lse(p, cur.b, col1, 0.f, sink1, neg_inf());
       }
       cur = next;
       leading_issued = false;
@@ -142,13 +143,13 @@ __global__ void __launch_bounds__(32 * kWarps)
 
     // ---- normalize with the sink term and store ------------------------------
     const float inv0 = normalize_with_sink(sc.out, st.l[0], sink0, st.m[0] * sc.logits_log2,
-                                           column_end(p, cur.seq_len, cur.u, 2 * t) > 0);
+                                           column_end(p, cur.seq_len, col0) > 0);
     const float inv1 = normalize_with_sink(sc.out, st.l[1], sink1, st.m[1] * sc.logits_log2,
-                                           column_end(p, cur.seq_len, cur.u, 2 * t + 1) > 0);
+                                           column_end(p, cur.seq_len, col1) > 0);
     store_warp_out<Kv>(out0, out1, st.o, inv0, inv1, g, t);
     if (g == 0) {
-      store_lse(p, cur.b, cur.u, 2 * t, st.l[0], sink0, st.m[0] * sc.logits_log2);
-      store_lse(p, cur.b, cur.u, 2 * t + 1, st.l[1], sink1, st.m[1] * sc.logits_log2);
+      store_lse(p, cur.b, col0, st.l[0], sink0, st.m[0] * sc.logits_log2);
+      store_lse(p, cur.b, col1, st.l[1], sink1, st.m[1] * sc.logits_log2);
     }
     ring_base += cur.num_pages;
     cur = next;

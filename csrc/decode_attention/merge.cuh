@@ -159,11 +159,12 @@ __device__ __forceinline__ void cluster_merge(const DecodeParams& p, uint8_t* bu
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) acc[e] += w * cb[(r * kRowTile + h) * D + dl + e];
   }
-  uint16_t* const row = out_row_of(p, b, u, h);
+  const Column col = column_of(p, u, h);
+  uint16_t* const row = out_row_of(p, b, col);
   if (row == nullptr) return;  // a column past the rows
   const float inv =
-      normalize_with_sink(out_scale, l, sink_scaled, m_scaled, column_end(p, seq_len, u, h) > 0);
-  if (split == 0 && dl == 0) store_lse(p, b, u, h, l, sink_scaled, m_scaled);
+      normalize_with_sink(out_scale, l, sink_scaled, m_scaled, column_end(p, seq_len, col) > 0);
+  if (split == 0 && dl == 0) store_lse(p, b, col, l, sink_scaled, m_scaled);
   uint16_t* dst_out = row + split * D + dl;
   if constexpr (kPerThread == 2) {
     *reinterpret_cast<uint32_t*>(dst_out) = ptx::pack_bf16x2(acc[0] * inv, acc[1] * inv);

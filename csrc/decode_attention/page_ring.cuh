@@ -264,7 +264,7 @@ __device__ __forceinline__ HeadScales wait_then_stream(
   });
   const HeadScales unscaled = head_scales<Kv>(p, u);
   uint32_t q[16];
-  const int q_exp = load_q<Kv>(q_row_of(p, b, u, g), t, q);
+  const int q_exp = load_q<Kv>(q_row_of(p, b, column_of(p, u, g)), t, q);
   const HeadScales sc = with_q_exponent<Kv>(unscaled, q_exp);
   stream_span<Kv, kStages, kChain>(ring, s, ids, q, column_spans(p, s.seq_len, u, t),
                                    sc.logits_log2, g, t, lane, st, next, refill_after_wait);
