@@ -50,6 +50,12 @@ __device__ __forceinline__ float normalize_with_sink(float v, float l, float sin
   return attends ? v / (l + ptx::ex2(sink_log2 - m_scaled)) : 0.f;
 }
 
+// n / d for 0 <= n < 2^31, f = fast_div_of(d) (params.h): n + the high word of
+// n x mul fits 32 bits.
+__device__ __forceinline__ int divide(int n, FastDiv f) {
+  return int((__umulhi(unsigned(n), f.mul) + unsigned(n)) >> f.shift);
+}
+
 // ---- row tiles and their columns ----------------------------------------------
 // The kernels divide tiles (DecodeParams::tiles): tile u is row tile u %
 // row_tiles of kv head u / row_tiles. Its column j (< 8) is the kv head's
@@ -58,7 +64,7 @@ __device__ __forceinline__ float normalize_with_sink(float v, float l, float sin
 // nothing of it is stored, and its q row and sink are never read (they do not
 // exist). One tile per kv head and one token (most calls) need no division.
 __device__ __forceinline__ int kv_head_of_tile(const DecodeParams& p, int u) {
-  return p.row_tiles == 1 ? u : int(unsigned(u) / unsigned(p.row_tiles));
+  return divide(u, p.by_row_tiles);
 }
 
 // Column j of tile u as a query row: its token and its query head (an index
@@ -66,21 +72,13 @@ __device__ __forceinline__ int kv_head_of_tile(const DecodeParams& p, int u) {
 struct Column {
   int token, head;
 };
-// Several tiles or tokens: two divisions, kept out of line so that the many
-// sites that ask stay small (the kernels' code already fills the instruction
-// cache).
-inline __device__ __noinline__ Column column_of_rows(int row_tiles, int group, int q_tokens, int u,
-                                                     int j) {
-  const int kvh = int(unsigned(u) / unsigned(row_tiles));
-  const int r = (u - kvh * row_tiles) * kRowTile + j;
-  if (r >= group * q_tokens) return {-1, 0};
-  const int i = int(unsigned(r) / unsigned(group));
-  return {i, kvh * group + r - i * group};
-}
 __device__ __forceinline__ Column column_of(const DecodeParams& p, int u, int j) {
   const int g = p.group;
-  if (p.row_tiles == 1 && p.q_tokens == 1) return j < g ? Column{0, u * g + j} : Column{-1, 0};
-  return column_of_rows(p.row_tiles, g, p.q_tokens, u, j);
+  const int kvh = divide(u, p.by_row_tiles);
+  const int r = (u - kvh * p.row_tiles) * kRowTile + j;
+  if (r >= g * p.q_tokens) return {-1, 0};
+  const int i = divide(r, p.by_group);
+  return {i, kvh * g + r - i * g};
 }
 
 // Where request b's row of column c lies in a [batch, q_tokens, heads, ...]

@@ -57,6 +57,13 @@ struct WarpStart {
   int64_t units_before;
 };
 
+// What the division gives this CTA: its units [cta_begin, cta_end) of the
+// batch's sequence, and the units of each warp's share (per_warp) and of each
+// CTA's (cta_pages).
+struct CtaUnits {
+  int64_t per_warp, cta_pages, cta_begin, cta_end;
+};
+
 template <class Kv, int kWarps, int kStages>
 struct BalancedSmem {
   WarpRing<Kv, kStages> ring[kWarps];
@@ -66,6 +73,9 @@ struct BalancedSmem {
   WarpStart starts[kWarps];
   int64_t warp_sums[2][kWarps];  // scan scratch (scan_block)
   int last_arrival[2];        // this CTA arrived last at the merge of its first / last segment
+  // The division's result for the merges, read back after the stream so that
+  // it does not hold 8 registers through it (the fp8 kernel is at 255).
+  CtaUnits units;
 };
 
 // The pages of a segment in one warp's share.
@@ -147,13 +157,6 @@ __device__ __forceinline__ void finish(const DecodeParams& p, const PieceRecord&
 // grid (H: the tiles of a request, each request's segments).
 struct Place {
   int tid, warp, lane, g, t, eh, ed, H, cta, grid;
-};
-
-// What the division gives this CTA: its units [cta_begin, cta_end) of the
-// batch's sequence, and the units of each warp's share (per_warp) and of each
-// CTA's (cta_pages).
-struct CtaUnits {
-  int64_t per_warp, cta_pages, cta_begin, cta_end;
 };
 
 // ---- step 1: the division, every CTA computing it from seq_lens ----------------
@@ -434,13 +437,14 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
 template <int kThreads>
 __device__ __forceinline__ void zero_empty_requests(const DecodeParams& p, const Place& at) {
   constexpr int kChunks = kHeadDim / 8;  // 16-byte stores a row
+  static_assert(kThreads % kChunks == 0, "a thread's chunk is the same in every column");
   const int tid = at.tid, columns = at.H * kRowTile;
   for (int b = at.cta; b < p.batch; b += at.grid) {
     if (seq_extent(p, p.seq_lens[b]).num_pages > 0) continue;
-    for (int i = tid; i < columns * kChunks; i += kThreads) {
-      const int c = i / kChunks;
+    // Thread tid stores chunk tid % kChunks of every (kThreads / kChunks)-th column.
+    for (int c = tid / kChunks; c < columns; c += kThreads / kChunks) {
       uint16_t* const row = out_row_of(p, b, column_of(p, c / kRowTile, c % kRowTile));
-      if (row != nullptr) ptx::st_global_u32x4(row + (i % kChunks) * 8, 0u, 0u, 0u, 0u);
+      if (row != nullptr) ptx::st_global_u32x4(row + (tid % kChunks) * 8, 0u, 0u, 0u, 0u);
     }
     if (p.lse != nullptr) {
       for (int c = tid; c < columns; c += kThreads) {
@@ -641,16 +645,19 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   if (tid == 0) Kv::prefetch_map(&p.kv_map);
   probe.at(kEntered);
 
-  const CtaUnits u = divide_batch(p, sm, at);
-  probe.at(kDivided);
-
-  stream_share(p, sm, u, at, probe);
-  probe.at(kStreamed);
+  {
+    const CtaUnits u = divide_batch(p, sm, at);
+    if (tid == 0) sm.units = u;
+    probe.at(kDivided);
+    stream_share(p, sm, u, at, probe);
+    probe.at(kStreamed);
+  }
 
   zero_empty_requests<kThreads>(p, at);
   __syncthreads();
   probe.at(kCtaReady);
 
+  const CtaUnits u = sm.units;
   const CrossSlots cross = merge_cta<Kv, kWarps, kStages, E>(p, sm, u, at);
   probe.at(kCtaMerged);
   if (cross.first < 0 && cross.last < 0) return;

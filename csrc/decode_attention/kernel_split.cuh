@@ -127,8 +127,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   const int bh = b * p.tiles + u;
   // Thread (eh, ed) stores column eh's dims where it has a query row.
   const Column col = column_of(p, u, eh);
-  uint16_t* out_row = out_row_of(p, b, col);
-  const bool stores = merges && out_row != nullptr;
+  const bool stores = merges && col.token >= 0;
   // NOTE: sinks are weights, never written by the kernel this one overlaps
   // with: read them first so that the epilogue never waits on a global load.
   const float sink_scaled = sink_log2_of(p, col);
@@ -138,7 +137,6 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
 
   // ---- sequence extent ---------------------------------------------------
   const auto [seq_len, start_tok, start_page, num_pages] = seq_extent(p, p.seq_lens[b]);
-  const bool attends = column_end(p, seq_len, col) > 0;  // column eh's query token
   // A split is active when each of its warps gets at least min_pages pages and
   // it is one of the request's `cap` CTAs (one wave in all, see cta_share),
   // and of those only as many as give each warp the same largest number of pages: the SMs left
@@ -155,12 +153,21 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   }
   probe.at(kSplitShared);
 
+  // Column eh's dims of the output, normalized with the sink term, and its
+  // log-sum-exp. Its row is found here, not above, to keep registers free for
+  // the stream (the 9-warp kernel is at its 168-register cap).
+  const auto finish = [&](const float(&o)[E], float v, float l, float m_scaled) {
+    const Column c = column_of(p, u, eh);
+    store_out<E>(out_row_of(p, b, c) + ed, o,
+                 normalize_with_sink(v, l, sink_scaled, m_scaled, column_end(p, seq_len, c) > 0));
+    if (ed == 0) store_lse(p, b, c, l, sink_scaled, m_scaled);
+  };
   if (num_pages <= 0) {
     // ---- empty sequence: zeros ----------------------------------------------
     ptx::grid_dependency_wait();  // the previous kernel may still read `out`
     if (split == 0 && stores) {
       float zeros[E] = {};
-      store_out<E>(out_row + ed, zeros, 0.f);
+      store_out<E>(out_row_of(p, b, col) + ed, zeros, 0.f);
       if (ed == 0) store_lse(p, b, col, 0.f, sink_scaled, neg_inf());
     }
     return;
@@ -233,11 +240,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
                                           sc.logits_log2, sc.out);
     probe.at(kSplitCtaMerged);
   } else if (num_splits == 1) {
-    if (stores) {
-      store_out<E>(out_row + ed, o,
-                   normalize_with_sink(sc.out, l_cta, sink_scaled, m_cta_scaled, attends));
-      if (ed == 0) store_lse(p, b, col, l_cta, sink_scaled, m_cta_scaled);
-    }
+    if (stores) finish(o, sc.out, l_cta, m_cta_scaled);
     probe.at(kSplitCtaMerged);
   } else {
     // ---- merge the splits: partials to the workspace -------------------------
@@ -272,11 +275,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
       merge_global<E>(p, row0, count, [&](int i) { return i * stride; }, eh, ed, sc.logits_log2,
                       o, m, l);
       if (last_level) {
-        if (stores) {
-          store_out<E>(out_row + ed, o,
-                       normalize_with_sink(sc.out, l, sink_scaled, m * sc.logits_log2, attends));
-          if (ed == 0) store_lse(p, b, col, l, sink_scaled, m * sc.logits_log2);
-        }
+        if (stores) finish(o, sc.out, l, m * sc.logits_log2);
         probe.at(kSplitFinished);
         return;
       }

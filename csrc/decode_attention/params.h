@@ -15,6 +15,31 @@ constexpr int kRowTile = 8;
 constexpr int row_tiles_of(int64_t group, int64_t q_tokens) {
   return static_cast<int>((group * q_tokens + kRowTile - 1) / kRowTile);
 }
+// Quotients by a run-time divisor d as a multiply, an add and a shift, exact
+// for dividends below 2^31 (Granlund-Montgomery with a 33-bit multiplier
+// 2^32 + mul; the device side is `divide` in common.cuh): the kernels divide
+// tiles by row_tiles and rows by the group at many sites, and an integer
+// division by a run-time value is ~20 instructions.
+struct FastDiv {
+  uint32_t mul, shift;
+};
+constexpr FastDiv fast_div_of(uint32_t d) {
+  uint32_t shift = 0;  // ceil(log2 d)
+  while ((uint64_t{1} << shift) < d) ++shift;
+  // ceil(2^(32 + shift) / d) - 2^32: 0 for a power of two.
+  return {static_cast<uint32_t>(((uint64_t{1} << (32 + shift)) + d - 1) / d - (uint64_t{1} << 32)),
+          shift};
+}
+constexpr uint32_t fast_div(uint32_t n, FastDiv f) {
+  return (static_cast<uint32_t>((uint64_t{n} * f.mul) >> 32) + n) >> f.shift;
+}
+constexpr bool fast_div_exact(uint32_t d_max, uint32_t n_max) {
+  for (uint32_t d = 1; d <= d_max; ++d)
+    for (uint32_t n = 0; n < n_max; ++n)
+      if (fast_div(n, fast_div_of(d)) != n / d) return false;
+  return true;
+}
+static_assert(fast_div_exact(16, 2048), "FastDiv: the multiply-add-shift quotients are exact");
 constexpr int kPageTokens = 16;                    // tokens per cache block
 constexpr int kRowElems = 2 * kHeadDim;            // one token: [K | V]
 
@@ -109,6 +134,16 @@ struct DecodeParams {
   // head r % group), so a kv head's tiles are neighbours in every division.
   int row_tiles;    // ceil(group x q_tokens / 8)
   int tiles;        // num_kv_heads x row_tiles
+  FastDiv by_group, by_row_tiles;  // fast_div_of(group), fast_div_of(row_tiles)
 };
+
+// The tile fields of a call of p.group query heads per kv head and p.q_tokens
+// tokens (the kernels', the plan's and the testing extension's one formula).
+inline void set_tiles(DecodeParams& p) {
+  p.row_tiles = row_tiles_of(p.group, p.q_tokens);
+  p.tiles = p.num_kv_heads * p.row_tiles;
+  p.by_group = fast_div_of(p.group);
+  p.by_row_tiles = fast_div_of(p.row_tiles);
+}
 
 }  // namespace flint

@@ -49,8 +49,7 @@ DecodeParams params_from_tensors(const DecodeArgs& a) {
   p.head_dim = static_cast<int>(q.size(-1));
   p.group = static_cast<int>(q.size(-2) / kv_cache.size(1));
   p.q_tokens = multi ? static_cast<int>(q.size(1)) : 1;
-  p.row_tiles = row_tiles_of(p.group, p.q_tokens);
-  p.tiles = p.num_kv_heads * p.row_tiles;
+  set_tiles(p);
   p.q_stride_t = multi ? q.stride(1) : 0;
   p.out_stride_t = multi ? out.stride(1) : 0;
   if (a.lse) {

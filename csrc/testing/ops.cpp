@@ -74,8 +74,7 @@ DecodeParams call_shape(const at::Tensor& q, const at::Tensor& kv_cache,
   p.window = window ? static_cast<int>(std::min<int64_t>(*window, INT32_MAX)) : 0;
   p.q_tokens = q.dim() == 4 ? static_cast<int>(q.size(1)) : 1;
   p.group = static_cast<int>(q.size(-2) / kv_cache.size(1));
-  p.row_tiles = row_tiles_of(p.group, p.q_tokens);
-  p.tiles = p.num_kv_heads * p.row_tiles;
+  set_tiles(p);
   return p;
 }
 
