@@ -511,6 +511,97 @@ def test_gpu_assisted_generate_matches_eager(kind, exact_bf16_gemms, monkeypatch
     check_assisted(model, make_prompts(lens + [GPU_EXTRA_LEN], model.config.vocab_size, seed), monkeypatch)
 
 
+
+# The host loop of cuda_graph=True (greedy_decode) with a draft: 19 new tokens,
+# not a multiple of the 8 a full round verifies (7 draft tokens and the last),
+# so the last rounds verify fewer.
+LOOP_STEPS = 19
+
+
+def decode_with_spies(model, draft, ids, monkeypatch, steps=LOOP_STEPS):
+    """``greedy_decode`` with the eager ``decode_step`` as its step (what the
+    graphs replay), on a FlintPagedCache; returns the output as generate's
+    and the rounds, each [T, tokens the crop after it removed]."""
+    cache = flint_tf.FlintPagedCache(model.config, ids.shape[0], ids.shape[1] + steps, model.device)
+    rounds = []
+    real_crop = cache.crop
+    monkeypatch.setattr(cache, "crop", lambda n: (rounds[-1].append(-n), real_crop(n))[1])
+
+    def step(tokens):
+        rounds.append([tokens.shape[1]])
+        return flint_tf.decode_step(model, cache, tokens)
+
+    with flint_tf.attention_implementation(model, flint_tf.register()), torch.inference_mode():
+        sequences, logits = flint_tf.greedy_decode(model, cache, ids, None, steps, step, draft)
+    # The cache holds every token but the last (the next round's first).
+    assert cache.get_seq_length() == int(cache.seq_lens[0]) == sequences.shape[1] - 1
+    return flint_tf.GenerateDecoderOnlyOutput(sequences=sequences, logits=logits), rounds
+
+
+@pytest.mark.parametrize("drafted", [True, False], ids=["draft", "no-draft"])
+def test_greedy_decode_gives_plain_greedy_tokens(drafted, monkeypatch):
+    """The loop that cuda_graph=True replays its graphs in, on the CPU with
+    eager steps: with a draft (one verify step per round, T up to 8, the
+    rejected tokens cropped) and without (T = 1), the tokens are plain greedy
+    generate's, exactly, and the logits within the bound; with the draft,
+    draft tokens were both accepted and rejected."""
+    builder, kwargs, lens, seed = MODELS["flint"]
+    model = builder(**kwargs)
+    draft = draft_for(model) if drafted else None  # proposes 10 a round: the loop takes 7
+    all_rounds = []
+    for prompt in make_prompts(lens, model.config.vocab_size, seed):
+        ids = torch.tensor([prompt])
+        eager = eager_generate(model, ids, torch.ones_like(ids), steps=LOOP_STEPS)
+        flint, rounds = decode_with_spies(model, draft, ids, monkeypatch)
+        check_generation(flint, eager, ids.shape[1])
+        assert torch.equal(flint.sequences, eager.sequences)
+        # Every round emits its accepted draft tokens and one of the target's: 1 + those make the steps.
+        assert 1 + sum(tokens - removed for tokens, removed in rounds) == LOOP_STEPS, rounds
+        all_rounds += rounds
+    tokens_per_step = {tokens for tokens, _ in all_rounds}
+    if not drafted:
+        assert tokens_per_step == {1} and not any(removed for _, removed in all_rounds)
+        return
+    accepted = [tokens - 1 - removed for tokens, removed in all_rounds]
+    assert max(tokens_per_step) == flint_tf.MAX_QUERY_TOKENS and len(tokens_per_step) > 1, all_rounds
+    assert any(accepted) and any(removed for _, removed in all_rounds), all_rounds
+
+
+def test_cuda_graph_with_a_draft_takes_one_request():
+    """As assisted generate does (and greedily), whatever the device."""
+    model, ids, mask = build("flint")
+    draft = draft_for(model)
+    with pytest.raises(ValueError, match="one request"):
+        flint_tf.flint_generate(model, ids[:2], mask[:2], max_new_tokens=4, cuda_graph=True, assistant_model=draft)
+    with pytest.raises(ValueError, match="greedily"):
+        flint_tf.flint_generate(model, ids[:1], mask[:1], max_new_tokens=4, cuda_graph=True, assistant_model=draft,
+                                do_sample=True)
+
+
+@needs_hopper
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_cuda_graph_assisted_generate_matches_eager(kind, exact_bf16_gemms, monkeypatch):
+    """cuda_graph=True with a draft: the target's verify steps replay one
+    graph per token count T, and the tokens are eager's plain greedy ones."""
+    builder, kwargs, lens, seed = MODELS[kind]
+    model = builder(device="cuda", **kwargs)
+    skip_unserved_head_dim(model)
+    draft = draft_for(model)
+    real_call = flint_tf.GraphedDecodeStep.__call__
+    for prompt in make_prompts(lens + [GPU_EXTRA_LEN], model.config.vocab_size, seed):
+        ids = torch.tensor([prompt], device="cuda")
+        calls = []  # (graph, T) per step
+        monkeypatch.setattr(flint_tf.GraphedDecodeStep, "__call__",
+                            lambda graph, tokens: (calls.append((graph, tokens.shape[1])), real_call(graph, tokens))[1])
+        flint = flint_tf.flint_generate(model, ids, max_new_tokens=LOOP_STEPS, cuda_graph=True, assistant_model=draft,
+                                        return_dict_in_generate=True, output_logits=True)
+        monkeypatch.undo()
+        check_generation(flint, eager_generate(model, ids, torch.ones_like(ids), steps=LOOP_STEPS), ids.shape[1])
+        graphs, tokens = {graph for graph, _ in calls}, {t for _, t in calls}
+        assert len(set(calls)) == len(graphs) == len(tokens) > 1, [t for _, t in calls]  # one graph per T
+        assert max(tokens) <= flint_tf.MAX_QUERY_TOKENS
+
+
 _REAL_OP = flint_tf.flint_decode_attention
 
 

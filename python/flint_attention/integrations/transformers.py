@@ -16,7 +16,8 @@ with the model's own eager attention, and every later step runs
 
 or, the same in one call, ``flint_generate(model, input_ids, attention_mask=mask,
 max_new_tokens=n)`` (``cuda_graph=True``: every decode step is a replay of
-one captured CUDA graph). Served: any bf16 model whose attention goes through
+one captured CUDA graph; with a draft, one graph per verify step's token
+count). Served: any bf16 model whose attention goes through
 ``AttentionInterface`` with GQA: FlintForCausalLM, GptOssForCausalLM,
 Qwen3ForCausalLM, LlamaForCausalLM and the like.
 
@@ -64,7 +65,11 @@ tokens (the target's last token, not cached yet, and the draft's), then calls
 were accepted): ``crop`` lowers every request's length by r, the pages stay
 with the request, and the next step overwrites those positions. The draft runs
 with its own attention and cache (transformers gives the assistant a cache of
-its own).
+its own). ``flint_generate(..., cuda_graph=True, assistant_model=draft)`` does
+the same for one request in its own host loop (``greedy_decode``), where each
+verify step replays a CUDA graph captured for its T: one graph per T, 1 to 8
+(the op's most), so at most 8 graphs. The draft proposes up to 7 tokens a round
+(its ``num_assistant_tokens``, capped), with its own ``generate``.
 
 ``python -m flint_attention.integrations.transformers --demo`` generates with
 a small random FlintForCausalLM through both attentions and prints the tokens.
@@ -442,7 +447,9 @@ class GraphedDecodeStep:
     into the graph's input and replays it. Call ``cache.advance()`` before each
     call, as for ``decode_step``: the graph reads seq_lens and the block tables
     from the device, so it follows their in-place updates (the warm-up and the
-    capture write the same slots, which the replay then writes again).
+    capture write the same slots, which the replay then writes again). The
+    graph's shapes are the first call's: steps of another token count T need
+    another instance (``greedy_decode`` with a draft keeps one per T).
     """
 
     def __init__(self, model, cache: FlintPagedCache):
@@ -486,11 +493,16 @@ def flint_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
     (``attention_mask`` 0 on the pads). With ``assistant_model=draft``
     (one request): assisted generation, the draft on its own attention.
 
-    ``cuda_graph=True`` (a CUDA model): greedy decoding in a host loop whose
-    decode steps replay one captured CUDA graph; it returns what greedy
-    ``generate`` would (the sequences, or with ``return_dict_in_generate``
-    a ``GenerateDecoderOnlyOutput`` with ``logits`` if ``output_logits``) and
-    takes no other generation arguments.
+    ``cuda_graph=True`` (a CUDA model): greedy decoding in a host loop
+    (``greedy_decode``) whose decode steps replay one captured CUDA graph;
+    it returns what greedy ``generate`` would (the sequences, or with
+    ``return_dict_in_generate`` a ``GenerateDecoderOnlyOutput`` with
+    ``logits`` if ``output_logits``) and takes no other generation arguments
+    but ``assistant_model``. With ``assistant_model=draft`` (one request,
+    ``input_ids`` ``[1, P]``): greedy assisted decoding, whose verify steps of
+    T = k + 1 tokens (k draft tokens, at most 7) replay the graph captured for
+    their T, one graph per T and so at most 8; its tokens are the target's
+    greedy ones, as assisted ``generate``'s are.
     """
     batch, prompt = input_ids.shape
     cache = FlintPagedCache(model.config, batch, prompt + max_new_tokens, model.device)
@@ -501,26 +513,84 @@ def flint_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor 
         return _graphed_greedy(model, cache, input_ids, attention_mask, max_new_tokens, **generate_kwargs)
 
 
-def _graphed_greedy(model, cache, input_ids, attention_mask, max_new_tokens, *, return_dict_in_generate=False,
-                    output_logits=False, do_sample=False, pad_token_id=None):
-    if model.device.type != "cuda":
-        raise ValueError(f"cuda_graph needs the model on a CUDA device, it is on {model.device}")
+def _graphed_greedy(model, cache, input_ids, attention_mask, max_new_tokens, *, assistant_model=None,
+                    return_dict_in_generate=False, output_logits=False, do_sample=False, pad_token_id=None):
+    # The arguments first, then the device: their errors do not depend on where the model is.
     if do_sample:
         raise ValueError("cuda_graph decodes greedily (do_sample=False)")
+    if assistant_model is not None and input_ids.shape[0] != 1:
+        raise ValueError(f"cuda_graph with assistant_model decodes one request (as assisted generate does), "
+                         f"not a batch of {input_ids.shape[0]}")
+    if model.device.type != "cuda":
+        raise ValueError(f"cuda_graph needs the model on a CUDA device, it is on {model.device}")
+    graphs: dict[int, GraphedDecodeStep] = {}  # a graph's shapes are fixed: one per step's token count T
+
+    def step(tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.shape[1] not in graphs:
+            graphs[tokens.shape[1]] = GraphedDecodeStep(model, cache)
+        return graphs[tokens.shape[1]](tokens)
+
+    sequences, logits = greedy_decode(model, cache, input_ids, attention_mask, max_new_tokens, step,
+                                      assistant_model)
+    if not return_dict_in_generate:
+        return sequences
+    return GenerateDecoderOnlyOutput(sequences=sequences, logits=logits if output_logits else None)
+
+
+def greedy_decode(model, cache: FlintPagedCache, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                  max_new_tokens: int, step, draft=None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Greedy decoding in a host loop, plain or assisted by ``draft``: the
+    prefill (eager, through the model's forward into the empty ``cache``),
+    then steps of ``step(tokens [B, T]) -> logits [B, T, vocab]`` after
+    ``cache.advance(T)``: ``decode_step`` (partially applied), or replays of
+    CUDA graphs of it (``flint_generate(..., cuda_graph=True)``).
+
+    Without a draft every step takes the last token (T = 1). With one (one
+    request: ``input_ids [1, P]``), a round: the draft's own ``generate``
+    proposes k greedy tokens d_1..d_k after the sequence so far, the step
+    verifies [last, d_1..d_k] (T = k + 1), p_i = argmax of its row i, and
+    the first a draft tokens with d_(i+1) = p_i are accepted: the round emits
+    d_1..d_a, p_a, and ``cache.crop`` takes the k - a rejected ones back, so
+    that the cache holds every emitted token but p_a, the next round's last.
+    Each p_i is the target's greedy token after the tokens before it, so the
+    tokens are plain greedy decoding's. k: the draft's
+    ``num_assistant_tokens`` (transformers' default, 20, when unset), at most
+    7 (T at most the op's 8) and no more than makes max_new_tokens.
+
+    Returns the sequences ``[B, P + max_new_tokens]`` and the logits of each
+    new token (``max_new_tokens`` tensors ``[B, vocab]``: the prefill's last
+    row, then the step's row that gave the token, as greedy ``generate``'s
+    ``output_logits``). EOS is not looked at: every request decodes
+    ``max_new_tokens`` tokens.
+    """
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                   past_key_values=cache, use_cache=True).logits[:, -1]
-    step = GraphedDecodeStep(model, cache)
-    steps = [logits]
-    for _ in range(max_new_tokens - 1):
-        cache.advance()
-        steps.append(step(steps[-1].argmax(-1)[:, None])[:, -1])
-    sequences = torch.cat([input_ids, torch.stack([s.argmax(-1) for s in steps], dim=1)], dim=1)
-    if not return_dict_in_generate:
-        return sequences
-    return GenerateDecoderOnlyOutput(sequences=sequences, logits=tuple(steps) if output_logits else None)
+    logits = [model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                    past_key_values=cache, use_cache=True).logits[:, -1]]
+    tokens = [logits[0].argmax(-1, keepdim=True)]  # the new tokens, in pieces; the last one is not cached yet
+    most = 0 if draft is None else min(draft.generation_config.num_assistant_tokens or 20, MAX_QUERY_TOKENS - 1)
+    produced = 1
+    while produced < max_new_tokens:
+        proposal = tokens[-1][:, -1:]
+        draft_tokens = min(most, max_new_tokens - produced - 1)  # a round emits up to draft_tokens + 1
+        if draft_tokens:
+            sequence = torch.cat([input_ids, *tokens], 1)
+            mask = torch.cat([attention_mask, torch.ones_like(sequence[:, input_ids.shape[1]:])], 1)
+            drafted = draft.generate(sequence.to(draft.device), attention_mask=mask.to(draft.device),
+                                     max_new_tokens=draft_tokens, do_sample=False)
+            # Fewer than draft_tokens where the draft met its EOS.
+            proposal = torch.cat([proposal, drafted[:, sequence.shape[1]:].to(proposal.device)], 1)
+        cache.advance(proposal.shape[1])
+        verified = step(proposal)
+        predicted = verified.argmax(-1)  # p_0..p_k
+        # Plain decoding (T = 1) reads nothing on the host, so that its steps queue up asynchronously.
+        accepted = 0 if proposal.shape[1] == 1 else int((proposal[:, 1:] == predicted[:, :-1]).cumprod(-1).sum())
+        cache.crop(-(proposal.shape[1] - 1 - accepted))
+        tokens.append(predicted[:, : accepted + 1])
+        logits += verified[:, : accepted + 1].unbind(1)
+        produced += accepted + 1
+    return torch.cat([input_ids, *tokens], 1), tuple(logits)
 
 
 # Small random models, for the tests and the demo.
