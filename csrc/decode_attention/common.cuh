@@ -62,7 +62,8 @@ __device__ __forceinline__ int divide(int n, FastDiv f) {
 // query row r = 8 (u % row_tiles) + j: query token r / G, query head r % G of
 // the group (G = p.group). A column past the Q x G rows holds a zero query;
 // nothing of it is stored, and its q row and sink are never read (they do not
-// exist). One tile per kv head and one token (most calls) need no division.
+// exist). The quotients are FastDiv's: a column costs a few instructions at
+// every site that asks, one token or many.
 __device__ __forceinline__ int kv_head_of_tile(const DecodeParams& p, int u) {
   return divide(u, p.by_row_tiles);
 }
