@@ -67,7 +67,7 @@ struct CtaUnits {
 template <class Kv, int kWarps, int kStages>
 struct BalancedSmem {
   WarpRing<Kv, kStages> ring[kWarps];
-  WarpPartial first[kWarps];  // a warp's first piece, when split and not its last
+  WarpPartial<Kv> first[kWarps];  // a warp's first piece, when split and not its last
   ptx::Mbarrier bars[kWarps][kStages];
   PieceRecord pieces[kWarps][2];  // [w][0]: the partial in first[w]; [w][1]: in ring[w].last
   WarpStart starts[kWarps];
@@ -241,16 +241,17 @@ __device__ __forceinline__ Piece first_piece(const DecodeParams& p, const WarpSt
 
 // A segment's k_scale, v_scale, the sinks of lane (g, t)'s columns 2t, 2t + 1
 // and its q words.
+template <class Kv>
 struct SegmentInputs {
   float k_scale, v_scale, sink0, sink1;
-  uint32_t q[16];
+  uint32_t q[Kv::kQWords];
 };
 
 // NOTE: loaded only past griddepcontrol.wait (q is the previous kernel's
 // output); ld_global is ordered with the ring's copies and waits.
 template <class Kv>
 __device__ __forceinline__ void load_inputs(const DecodeParams& p, const Piece& c, int g, int t,
-                                            SegmentInputs& in) {
+                                            SegmentInputs<Kv>& in) {
   const int kvh = kv_head_of_tile(p, c.h);
   in.k_scale = p.k_scale ? ptx::ld_global_f32(p.k_scale + p.k_scale_stride * kvh) : 1.f;
   in.v_scale = p.v_scale ? ptx::ld_global_f32(p.v_scale + p.v_scale_stride * kvh) : 1.f;
@@ -369,21 +370,21 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
   // A segment's inputs are loaded one piece ahead (the next piece's while
   // this one streams), so that a short piece does not wait an L2 round trip
   // for them.
-  SegmentInputs ahead;
+  SegmentInputs<Kv> ahead;
   if (cur.count > 0) load_inputs<Kv>(p, cur, g, t, ahead);
   probe.lap(kPieceSetup);
   while (cur.count > 0) {
     const Piece nxt = next_piece(cur);
 
-    const SegmentInputs in = ahead;
+    const SegmentInputs<Kv> in = ahead;
     if (nxt.count > 0) load_inputs<Kv>(p, nxt, g, t, ahead);
     const float v_scale = in.v_scale;
     const float sink0 = in.sink0 * kLog2eF, sink1 = in.sink1 * kLog2eF;
-    uint32_t q[16];
+    uint32_t q[Kv::kQWords];
     const int q_exp = Kv::prepare_q(in.q, q);
     const float scale_log2 = p.scale_log2 * in.k_scale * exp2i(q_exp);
 
-    WarpState st;
+    WarpState<Kv> st;
     probe.lap(kPieceSetup);
     stream_piece(ring, span, fill_to, q, column_spans(p, cur.e.seq_len, cur.h, t), scale_log2, g,
                  t, refill_after_wait, st, probe);
@@ -434,9 +435,9 @@ __device__ __forceinline__ void stream_share(const DecodeParams& p,
 // seq_len-0 requests have no pages: CTA c zeroes requests c, c + grid, ...
 // (while the CTA's slowest warp may still stream, not on the way to the
 // first page), and gives their lse the sinks.
-template <int kThreads>
+template <class Kv, int kThreads>
 __device__ __forceinline__ void zero_empty_requests(const DecodeParams& p, const Place& at) {
-  constexpr int kChunks = kHeadDim / 8;  // 16-byte stores a row
+  constexpr int kChunks = Kv::kHeadDim / 8;  // 16-byte stores a row
   static_assert(kThreads % kChunks == 0, "a thread's chunk is the same in every column");
   const int tid = at.tid, columns = at.H * kRowTile;
   for (int b = at.cta; b < p.batch; b += at.grid) {
@@ -476,7 +477,7 @@ __device__ __forceinline__ CrossSlots merge_cta(const DecodeParams& p,
   const int eh = at.eh, ed = at.ed, cta = at.cta;
   constexpr int kSlots = 2 * kWarps;
   auto record = [&](int i) -> const PieceRecord& { return sm.pieces[i / 2][i % 2]; };
-  auto partial = [&](int i) -> const WarpPartial& {
+  auto partial = [&](int i) -> const WarpPartial<Kv>& {
     return i % 2 ? sm.ring[i / 2].last : sm.first[i / 2];
   };
   int slot_b[kSlots], slot_h[kSlots];
@@ -632,8 +633,8 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
   static_assert(sizeof(Smem) <= hopper::kMaxSmemPerCta, "fits one CTA's shared memory");
   constexpr int kThreads = 32 * kWarps;
   // Epilogue mapping: thread tid owns E consecutive dims [ed, ed + E) of head eh.
-  constexpr int E = kRowTile * kHeadDim / kThreads;
-  constexpr int kThreadsPerHead = kHeadDim / E;
+  constexpr int E = kRowTile * Kv::kHeadDim / kThreads;
+  constexpr int kThreadsPerHead = Kv::kHeadDim / E;
   static_assert(E == 4 || E == 8, "4 or 8 warps");
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];  // fp8 ring slots: KvFp8::kSlotAlign
@@ -653,7 +654,7 @@ __device__ __forceinline__ void balanced_attention(const DecodeParams& p, Probe&
     probe.at(kStreamed);
   }
 
-  zero_empty_requests<kThreads>(p, at);
+  zero_empty_requests<Kv, kThreads>(p, at);
   __syncthreads();
   probe.at(kCtaReady);
 

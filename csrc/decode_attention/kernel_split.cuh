@@ -88,8 +88,8 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   // splits and CTAs give each warp the same pages). Thread tid < 32
   // kMergeWarps owns E consecutive dims [ed, ed + E) of head eh.
   constexpr int kMergeWarps = kWarps < 8 ? kWarps : 8;
-  constexpr int E = kRowTile * kHeadDim / (32 * kMergeWarps);
-  constexpr int kThreadsPerHead = kHeadDim / E;
+  constexpr int E = kRowTile * Kv::kHeadDim / (32 * kMergeWarps);
+  constexpr int kThreadsPerHead = Kv::kHeadDim / E;
 
   extern __shared__ __align__(1024) uint8_t smem[];  // fp8 ring slots: KvFp8::kSlotAlign
   using Smem = SplitSmem<Kv, kWarps, kStages, kClusterSplits>;
@@ -201,14 +201,14 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   }
 
   // ---- prefetch, wait on the previous kernel, stream pages -------------------
-  WarpState st;
+  WarpState<Kv> st;
   const HeadScales sc =
       wait_then_stream<Kv, kStages>(p, ring, span, ids, b, u, g, t, lane, st, false, nullptr, &probe);
   probe.at(kSplitStreamed);
 
   // ---- merge the warps of this CTA (through the ring's shared memory) -------
   __syncthreads();  // every warp is done with its ring
-  WarpPartial* warp_bufs = sm.partials;
+  WarpPartial<Kv>* warp_bufs = sm.partials;
   store_partial<Kv>(warp_bufs[warp], st, g, t);
   __syncthreads();
   if (!merges) return;
@@ -221,7 +221,7 @@ __device__ __forceinline__ void split_attention(const DecodeParams& p, Probe& pr
   float o[E] = {};
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) {
-    const WarpPartial& buf = warp_bufs[w];
+    const WarpPartial<Kv>& buf = warp_bufs[w];
     const float corr = rescale(buf.m[eh], sc.logits_log2, shift);
     l_cta += corr * buf.l[eh];
 #pragma unroll

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
     if (cur.num_pages <= 0) {
       ptx::grid_dependency_wait();  // the previous kernel may still read `out`
-      const float zeros[32] = {};
+      const float zeros[Kv::kOFloats] = {};
       store_warp_out<Kv>(out0, out1, zeros, 0.f, 0.f, g, t);
       if (g == 0) {
         store_lse(p, cur.b, col0, 0.f, sink0, neg_inf());
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
     // ---- prefetch, wait on the previous kernel, stream pages -----------------
     // (after the first pair, griddepcontrol.wait returns at once.)
-    WarpState st;
+    WarpState<Kv> st;
     const HeadScales sc = wait_then_stream<Kv, kStages, true>(
         p, ring, span, ids, cur.b, cur.u, g, t, lane, st, leading_issued, &after);
 

@@ -16,6 +16,17 @@
 
 namespace flint::detail {
 
+// The lane fragments of head_dim D (online_softmax.cuh's register roles): q
+// words (D / 8: bf16 pairs of a lane's D / 4 dims), K or V words of a page
+// (D / 4: two token rows, or the O^T operand), O^T floats (D / 4), and D / 16
+// dim steps (the MMA k-steps of S^T and the m-tiles of O^T). The formats'
+// smem layouts below are those of D = 128.
+template <int D>
+struct HeadFragments {
+  static constexpr int kHeadDim = D;
+  static constexpr int kQWords = D / 8, kKvWords = D / 4, kOFloats = D / 4, kDimSteps = D / 16;
+};
+
 // V rows outside [start_tok, seq_len) are zeroed, so stale or NaN cache
 // contents never reach P V (a zero P alone would not cancel a NaN). rows[r]:
 // the W words a lane holds of token 2t + (r & 1) + 8(r >> 1).
@@ -69,7 +80,7 @@ __device__ __forceinline__ uint64_t page_l2_policy(int k, int stages) {
 // order, the lanes t >= 2 read their two V chunks in the other order, and V's
 // second chunk is dims 64 + 8(g ^ 4): K is conflict-free, V 2-way, and a select
 // per word puts each fragment back.
-struct KvBf16 {
+struct KvBf16 : HeadFragments<kHeadDim> {
   static constexpr KvDtype kDtype = KvDtype::kBf16;
   static constexpr int kElemBytes = 2;
   // Pages per online-softmax step of the balanced kernel's stream
@@ -77,7 +88,7 @@ struct KvBf16 {
   static constexpr int kStepPages = 1;
   static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
-  static_assert(kPageBytes == 8192, "16 tokens x [K | V] of 128 bf16");
+  static_assert(kPageBytes == 8192 && kHeadDim == 128, "16 tokens x [K | V] of 128 bf16");
   static constexpr int kSlotAlign = 16;  // bulk copies
 
   __device__ __forceinline__ static void prefetch_map(const KvTensorMap* /*map*/) {}
@@ -117,7 +128,7 @@ struct KvBf16 {
   // chunk_dim(g, h) + 2j, +1 (h < 2, j < 4). m-tile j's rows g, g + 8 are the
   // two halves of word j % 4 of chunk j / 4; prmt pairs tokens (2t, 2t+1) and
   // (2t+8, 2t+9) per dim.
-  __device__ __forceinline__ static void v_operand(const uint32_t (&v)[32], int j,
+  __device__ __forceinline__ static void v_operand(const uint32_t (&v)[kKvWords], int j,
                                                    uint32_t (&a)[4]) {
     const int hh = j / 4, wi = j % 4;
     const uint32_t va = v[4 * hh + wi], vb = v[4 * (2 + hh) + wi];
@@ -131,7 +142,7 @@ struct KvBf16 {
   // Lane (g, t)'s q words of column g (`q_row`), as they are in memory:
   // dims 32i + 8t .. + 7 at w[4i .. 4i + 3].
   __device__ __forceinline__ static void load_q_words(const uint16_t* q_row, int t,
-                                                      uint32_t (&w)[16]) {
+                                                      uint32_t (&w)[kQWords]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t x[4];
@@ -141,15 +152,16 @@ struct KvBf16 {
     }
   }
   // q as it is; the logits need no rescaling (exponent 0).
-  __device__ __forceinline__ static int prepare_q(const uint32_t (&w)[16], uint32_t (&q)[16]) {
+  __device__ __forceinline__ static int prepare_q(const uint32_t (&w)[kQWords],
+                                                  uint32_t (&q)[kQWords]) {
 #pragma unroll
-    for (int k = 0; k < 16; ++k) q[k] = w[k];
+    for (int k = 0; k < kQWords; ++k) q[k] = w[k];
     return 0;
   }
 
   __device__ __forceinline__ static void load_page(uint32_t slot, int page, int start_tok,
-                                                   int seq_len, int g, int t, uint32_t (&k)[32],
-                                                   uint32_t (&v)[32]) {
+                                                   int seq_len, int g, int t,
+                                                   uint32_t (&k)[kKvWords], uint32_t (&v)[kKvWords]) {
     const bool k_swap = g & 1;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -205,7 +217,7 @@ struct KvBf16 {
 // g, g + 1 at the same chunks (2-way) and V's chunk g of four rows (4-way).
 // Swizzled, K's chunks 2t ^ g, (2t + 1) ^ g and V's g ^ (2t + (r & 1)) are
 // eight distinct chunks per quarter-warp: every read is conflict-free.
-struct KvFp8 {
+struct KvFp8 : HeadFragments<kHeadDim> {
   static constexpr KvDtype kDtype = KvDtype::kFp8E4m3;
   static constexpr int kElemBytes = 1;
   // Two: an fp8 warp's own work is most of its time, and two pages share one
@@ -213,7 +225,7 @@ struct KvFp8 {
   static constexpr int kStepPages = 2;
   static constexpr int kRowBytes = kRowElems * kElemBytes;
   static constexpr int kPageBytes = kPageTokens * kRowBytes;
-  static_assert(kPageBytes == 4096, "16 tokens x [K | V] of 128 e4m3");
+  static_assert(kPageBytes == 4096 && kHeadDim == 128, "16 tokens x [K | V] of 128 e4m3");
   static constexpr int kBoxBytes = kPageTokens * kHeadDim;  // a page's K (or V) box
   static constexpr int kSlotAlign = 1024;                   // the 128-byte swizzle's period
 
@@ -257,7 +269,7 @@ struct KvFp8 {
     return ptx::pack_f16x2(lo, hi);
   }
   // load_page builds the operand itself.
-  __device__ __forceinline__ static void v_operand(const uint32_t (&v)[32], int j,
+  __device__ __forceinline__ static void v_operand(const uint32_t (&v)[kKvWords], int j,
                                                    uint32_t (&a)[4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) a[i] = v[4 * j + i];
@@ -265,7 +277,7 @@ struct KvFp8 {
 
   // Lane (g, t)'s q words of column g: dims 32t .. 32t + 31 (bf16 pairs).
   __device__ __forceinline__ static void load_q_words(const uint16_t* q_row, int t,
-                                                      uint32_t (&w)[16]) {
+                                                      uint32_t (&w)[kQWords]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t x[4];
@@ -276,17 +288,18 @@ struct KvFp8 {
   }
   // Those words as fp16 x 2^-e; returns e (the same in every lane: the max
   // runs over the warp, i.e. the tile's 8 rows).
-  __device__ __forceinline__ static int prepare_q(const uint32_t (&w)[16], uint32_t (&q)[16]) {
+  __device__ __forceinline__ static int prepare_q(const uint32_t (&w)[kQWords],
+                                                  uint32_t (&q)[kQWords]) {
     float mx = 0.f;  // fmaxf skips a NaN: it stays NaN in q
 #pragma unroll
-    for (int k = 0; k < 16; ++k)
+    for (int k = 0; k < kQWords; ++k)
       mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(w[k] << 16)), fabsf(__uint_as_float(w[k] & 0xffff0000u))));
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, off));
     const int e = q_exponent(mx);
     const float s = exp2i(-e);
 #pragma unroll
-    for (int k = 0; k < 16; ++k)
+    for (int k = 0; k < kQWords; ++k)
       q[k] = ptx::pack_f16x2(__uint_as_float(w[k] << 16) * s, __uint_as_float(w[k] & 0xffff0000u) * s);
     return e;
   }
@@ -297,8 +310,8 @@ struct KvFp8 {
   }
 
   __device__ __forceinline__ static void load_page(uint32_t slot, int page, int start_tok,
-                                                   int seq_len, int g, int t, uint32_t (&k)[32],
-                                                   uint32_t (&v)[32]) {
+                                                   int seq_len, int g, int t,
+                                                   uint32_t (&k)[kKvWords], uint32_t (&v)[kKvWords]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = g + 8 * r;  // token row; row % 8 == g
@@ -339,17 +352,17 @@ struct KvFp8 {
 // rows, zeros), as they are in memory.
 template <class Kv>
 __device__ __forceinline__ void load_q_words_or_zeros(const uint16_t* q_row, int t,
-                                                      uint32_t (&w)[16]) {
+                                                      uint32_t (&w)[Kv::kQWords]) {
 #pragma unroll
-  for (int k = 0; k < 16; ++k) w[k] = 0u;
+  for (int k = 0; k < Kv::kQWords; ++k) w[k] = 0u;
   if (q_row != nullptr) Kv::load_q_words(q_row, t, w);
 }
 
 // Those words in the format's MMA type; returns the exponent e the logits
 // come out 2^-e too small by.
 template <class Kv>
-__device__ __forceinline__ int load_q(const uint16_t* q_row, int t, uint32_t (&q)[16]) {
-  uint32_t w[16];
+__device__ __forceinline__ int load_q(const uint16_t* q_row, int t, uint32_t (&q)[Kv::kQWords]) {
+  uint32_t w[Kv::kQWords];
   load_q_words_or_zeros<Kv>(q_row, t, w);
   return Kv::prepare_q(w, q);
 }

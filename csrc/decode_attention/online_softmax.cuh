@@ -30,10 +30,11 @@ namespace flint::detail {
 
 // Online-softmax state of one warp for the two columns (query rows) 2t and
 // 2t+1 of lane (g, t), and its share of O^T.
+template <class Kv>
 struct WarpState {
   float m[2];    // running max of the raw logits S (unscaled)
   float l[2];    // this lane's part of the row sums (tokens g and g+8 of each page)
-  float o[32];   // O^T: o[4j + e] is column 2t + (e & 1), dim o_tile_dim(j, g) + (e >> 1)
+  float o[Kv::kOFloats];  // O^T: o[4j + e] is column 2t + (e & 1), dim o_tile_dim(j, g) + (e >> 1)
 };
 
 // N pages of the online softmax, one max and rescale round for all of them:
@@ -43,10 +44,11 @@ struct WarpState {
 // `scale_log2` is the softmax scale x log2(e) (x k_scale x 2^e for an fp8
 // cache); `cs` the positions each of the lane's columns attends.
 template <class Kv, int N>
-__device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const uint32_t (&v)[N][32],
-                                             const uint32_t (&q)[16], const int (&page)[N],
+__device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][Kv::kKvWords],
+                                             const uint32_t (&v)[N][Kv::kKvWords],
+                                             const uint32_t (&q)[Kv::kQWords], const int (&page)[N],
                                              const ColumnSpans& cs, float scale_log2, int g,
-                                             int t, WarpState& st) {
+                                             int t, WarpState<Kv>& st) {
   // S^T[token][head]: k-step c multiplies q[2c], q[2c + 1] with k[2c], k[2c + 1]
   // (token g) and k[16 + 2c], k[16 + 2c + 1] (token g + 8). Two accumulators
   // a page break the dependency chain of its 8 MMAs.
@@ -57,8 +59,10 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
     float sa[4] = {0.f, 0.f, 0.f, 0.f};
     float sb[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const uint32_t a[4] = {k[i][2 * c], k[i][16 + 2 * c], k[i][2 * c + 1], k[i][16 + 2 * c + 1]};
+    for (int c = 0; c < Kv::kDimSteps; ++c) {
+      constexpr int kRow8 = Kv::kQWords;  // token g + 8's words
+      const uint32_t a[4] = {k[i][2 * c], k[i][kRow8 + 2 * c], k[i][2 * c + 1],
+                             k[i][kRow8 + 2 * c + 1]};
       Kv::mma(c % 2 == 0 ? sa : sb, a, q[2 * c], q[2 * c + 1]);
     }
 #pragma unroll
@@ -108,7 +112,7 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
   // between the softmax and the O^T MMAs, which a warp alone on its
   // scheduler pays in latency.
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < Kv::kDimSteps; ++j) {
     st.o[4 * j] *= alpha[0];
     st.o[4 * j + 1] *= alpha[1];
     st.o[4 * j + 2] *= alpha[0];
@@ -131,7 +135,7 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
     // O^T[dim][head] += V^T P^T. m-tile j: rows g, g+8 are dims d0, d0+1 with
     // d0 = o_tile_dim(j, g).
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < Kv::kDimSteps; ++j) {
       uint32_t a[4];
       Kv::v_operand(v[i], j, a);
       float(&acc)[4] = *reinterpret_cast<float(*)[4]>(&st.o[4 * j]);
@@ -142,14 +146,15 @@ __device__ __forceinline__ void attend_pages(const uint32_t (&k)[N][32], const u
 
 // One page of it.
 template <class Kv>
-__device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint32_t (&v)[32],
-                                            const uint32_t (&q)[16], int page,
+__device__ __forceinline__ void attend_page(const uint32_t (&k)[Kv::kKvWords],
+                                            const uint32_t (&v)[Kv::kKvWords],
+                                            const uint32_t (&q)[Kv::kQWords], int page,
                                             const ColumnSpans& cs, float scale_log2, int g, int t,
-                                            WarpState& st) {
+                                            WarpState<Kv>& st) {
   const int pages[1] = {page};
-  attend_pages<Kv, 1>(reinterpret_cast<const uint32_t(&)[1][32]>(k),
-                      reinterpret_cast<const uint32_t(&)[1][32]>(v), q, pages, cs, scale_log2, g,
-                      t, st);
+  using Page = const uint32_t(&)[1][Kv::kKvWords];
+  attend_pages<Kv, 1>(reinterpret_cast<Page>(k), reinterpret_cast<Page>(v), q, pages, cs,
+                      scale_log2, g, t, st);
 }
 
 // ---- a warp's state as a partial in shared memory --------------------------------
@@ -158,16 +163,18 @@ __device__ __forceinline__ void attend_page(const uint32_t (&k)[32], const uint3
 // the dims of each column permuted by the format's buf_swizzle (bank spread of
 // the stores; XOR with bits 1-3 keeps float2 pairs and at most swaps the
 // halves of a float4, see partial_o4).
+template <class Kv>
 struct WarpPartial {
-  float o[kRowTile][kHeadDim];
+  float o[kRowTile][Kv::kHeadDim];
   float m[kRowTile];  // raw-logit max
   float l[kRowTile];  // row sum, relative to m
 };
 
 template <class Kv>
-__device__ __forceinline__ void store_partial(WarpPartial& buf, const WarpState& st, int g, int t) {
+__device__ __forceinline__ void store_partial(WarpPartial<Kv>& buf, const WarpState<Kv>& st, int g,
+                                              int t) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < Kv::kDimSteps; ++j) {
     const int d0 = Kv::o_tile_dim(j, g);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -186,7 +193,7 @@ __device__ __forceinline__ void store_partial(WarpPartial& buf, const WarpState&
 
 // Dims d .. d + 3 (d % 4 == 0) of head h of a partial.
 template <class Kv>
-__device__ __forceinline__ float4 partial_o4(const WarpPartial& buf, int h, int d) {
+__device__ __forceinline__ float4 partial_o4(const WarpPartial<Kv>& buf, int h, int d) {
   const int x = Kv::buf_swizzle(h, d);
   const float4 v = *reinterpret_cast<const float4*>(&buf.o[h][d ^ (x & ~3)]);
   return (x & 2) ? make_float4(v.z, v.w, v.x, v.y) : v;
@@ -197,11 +204,11 @@ __device__ __forceinline__ float4 partial_o4(const WarpPartial& buf, int h, int 
 // m-tile j (d0 = o_tile_dim(j, g)), one bf16 pair each.
 template <class Kv>
 __device__ __forceinline__ void store_warp_out(uint16_t* head0, uint16_t* head1,
-                                               const float (&o)[32], float inv0, float inv1,
-                                               int g, int t) {
+                                               const float (&o)[Kv::kOFloats], float inv0,
+                                               float inv1, int g, int t) {
   const bool has0 = head0 != nullptr, has1 = head1 != nullptr;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < Kv::kDimSteps; ++j) {
     const int d0 = Kv::o_tile_dim(j, g);
     if (has0)
       *reinterpret_cast<uint32_t*>(head0 + d0) = ptx::pack_bf16x2(o[4 * j] * inv0, o[4 * j + 2] * inv0);

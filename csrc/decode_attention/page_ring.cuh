@@ -26,10 +26,10 @@ namespace flint::detail {
 template <class Kv, int kStages>
 struct WarpRing {
   static_assert(kStages >= 2, "a ring needs a slot being consumed and one in flight");
-  static_assert(sizeof(WarpPartial) <= kStages * Kv::kPageBytes, "the ring holds a partial");
+  static_assert(sizeof(WarpPartial<Kv>) <= kStages * Kv::kPageBytes, "the ring holds a partial");
   union {
     alignas(Kv::kSlotAlign > 128 ? Kv::kSlotAlign : 128) uint8_t slots[kStages][Kv::kPageBytes];
-    WarpPartial last;
+    WarpPartial<Kv> last;
   };
 };
 
@@ -175,15 +175,17 @@ __device__ __forceinline__ void refill_and_wait(bool refill_after_wait, Refill&&
   if (refill_after_wait) refill();
 }
 
-__device__ __forceinline__ void reset_state(WarpState& st) {
+template <class Kv>
+__device__ __forceinline__ void reset_state(WarpState<Kv>& st) {
   st.m[0] = st.m[1] = neg_inf();
   st.l[0] = st.l[1] = 0.f;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
+  for (int i = 0; i < Kv::kOFloats; ++i) st.o[i] = 0.f;
 }
 
 // st.l summed over the warp's lanes (each holds tokens g and g + 8 of a page).
-__device__ __forceinline__ void sum_rows(WarpState& st) {
+template <class Kv>
+__device__ __forceinline__ void sum_rows(WarpState<Kv>& st) {
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
     st.l[0] += __shfl_xor_sync(kFullMask, st.l[0], off);
@@ -207,9 +209,9 @@ struct NextSpan {
 // the ring never drains between two pairs (needs s.count >= kStages - 1).
 template <class Kv, int kStages, bool kChain = false>
 __device__ __forceinline__ void stream_span(const Ring<Kv, kStages>& ring, const PageSpan& s,
-                                            BlockIds ids, const uint32_t (&q)[16],
+                                            BlockIds ids, const uint32_t (&q)[Kv::kQWords],
                                             const ColumnSpans& cs, float scale_log2, int g, int t,
-                                            int lane, WarpState& st, const NextSpan* next,
+                                            int lane, WarpState<Kv>& st, const NextSpan* next,
                                             bool refill_after_wait) {
   reset_state(st);
   for (int k = 0; k < s.count; ++k) {
@@ -232,7 +234,7 @@ __device__ __forceinline__ void stream_span(const Ring<Kv, kStages>& ring, const
       ptx::mbarrier_wait_parity(ring.bar(s.ring_base + k), ring.parity(s.ring_base + k));
     });
     const int page = s.page(k);
-    uint32_t kf[32], vf[32];
+    uint32_t kf[Kv::kKvWords], vf[Kv::kKvWords];
     Kv::load_page(ptx::smem_addr(ring.slot(s.ring_base + k)), page, s.start_tok, s.seq_len, g, t,
                   kf, vf);
     attend_page<Kv>(kf, vf, q, page, cs, scale_log2, g, t, st);
@@ -251,7 +253,7 @@ __device__ __forceinline__ void stream_span(const Ring<Kv, kStages>& ring, const
 template <class Kv, int kStages, bool kChain = false, class Probe = NoPrologueProbe>
 __device__ __forceinline__ HeadScales wait_then_stream(
     const DecodeParams& p, const Ring<Kv, kStages>& ring, const PageSpan& s, BlockIds ids, int b,
-    int u, int g, int t, int lane, WarpState& st, bool leading_issued = false,
+    int u, int g, int t, int lane, WarpState<Kv>& st, bool leading_issued = false,
     const NextSpan* next = nullptr, Probe* probe = nullptr) {
   bool refill_after_wait;
   pdl_prologue(ring, s, ids.cur, first_new_page(p, s.seq_len), leading_issued, lane, probe, [&] {
@@ -263,7 +265,7 @@ __device__ __forceinline__ HeadScales wait_then_stream(
     }
   });
   const HeadScales unscaled = head_scales<Kv>(p, u);
-  uint32_t q[16];
+  uint32_t q[Kv::kQWords];
   const int q_exp = load_q<Kv>(q_row_of(p, b, column_of(p, u, g)), t, q);
   const HeadScales sc = with_q_exponent<Kv>(unscaled, q_exp);
   stream_span<Kv, kStages, kChain>(ring, s, ids, q, column_spans(p, s.seq_len, u, t),
@@ -282,9 +284,9 @@ __device__ __forceinline__ HeadScales wait_then_stream(
 // `probe` (probes.cuh) is told where the time goes.
 template <class Kv, int kStages, class FillTo, class Probe>
 __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, const PageSpan& s,
-                                             FillTo& fill_to, const uint32_t (&q)[16],
+                                             FillTo& fill_to, const uint32_t (&q)[Kv::kQWords],
                                              const ColumnSpans& cs, float scale_log2, int g,
-                                             int t, bool refill_after_wait, WarpState& st,
+                                             int t, bool refill_after_wait, WarpState<Kv>& st,
                                              Probe& probe) {
   constexpr int kStep = Kv::kStepPages;
   static_assert(kStep < kStages, "a step leaves a slot in flight");
@@ -304,7 +306,7 @@ __device__ __forceinline__ void stream_piece(const Ring<Kv, kStages>& ring, cons
       for (int i = 0; i < N; ++i) ptx::mbarrier_wait_parity(ring.bar(n + i), ring.parity(n + i));
       probe.lap(k == 0 ? kFirstWait : kPageWait);
     });
-    uint32_t kf[N][32], vf[N][32];
+    uint32_t kf[N][Kv::kKvWords], vf[N][Kv::kKvWords];
     int pages[N];
 #pragma unroll
     for (int i = 0; i < N; ++i) {

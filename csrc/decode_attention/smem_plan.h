@@ -34,7 +34,7 @@ template <class Kv, int kWarps, int kStages>
 struct RingSmem {
   union {
     alignas(Kv::kSlotAlign) uint8_t ring[kWarps][kStages][Kv::kPageBytes];
-    WarpPartial partials[kWarps];
+    WarpPartial<Kv> partials[kWarps];
   };
   ptx::Mbarrier bars[kWarps][kStages];
   static_assert(sizeof(WarpRing<Kv, kStages>) == sizeof(ring[0]), "a row is a WarpRing");
