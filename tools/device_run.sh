@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU machine's one script: the named steps in order, each under a time
 # limit, a short summary last (and in $OUT/summary.txt).
-#   bash tools/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu ncusrc demo
+#   bash tools/device_run.sh build smoke tests memcheck racecheck synccheck sass ab phases bench ncu ncusrc transformers demo
 #   build      the extension (pip install -e ., the system g++)
 #   smoke      tests/test_balanced.py, test_fp8.py, test_kernel_variants.py (GPU ids)
 #   tests      TEST_FILES (default: all of tests/) with -k TEST_K (default: not cpu) over
@@ -23,6 +23,8 @@
 #              compute workload -- pipe utilization -- and instruction mix)
 #   ncusrc     ncu source counters of one launch per NCU_SPECS: warp-stall samples per
 #              source line (tools/ncu_source.py; NCU_RANGES "FILE:FIRST-LAST ...")
+#   transformers  the integration's GPU tests (tests/test_integration_transformers.py -k "gpu or
+#              cuda_graph") on transformers 5.23 from .whl/tf (benchmarks/peers/WHEELS.md)
 #   demo       python -m flint_attention
 # Every step's log is in $OUT (default device_out/), the summary in $OUT/summary.txt.
 set -u -o pipefail
@@ -125,6 +127,11 @@ for step in "$@"; do
         python3 tools/ncu_source.py "$rep.csv.gz" 60 ${NCU_RANGES:-} >"$rep.txt" 2>&1
         note "ncusrc $1 $2 ${3:-}: $(head -1 "$rep.txt")"
       done ;;
+    transformers)
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/tfsite .whl/tf/*.whl \
+        >"$OUT/tf_install.log" 2>&1 || note "transformers: installing .whl/tf failed ($OUT/tf_install.log)"
+      PYTHONPATH=/tmp/tfsite:$PYTHONPATH TEST_WORKERS=1 TEST_K="gpu or cuda_graph" \
+        pytest_gpu transformers "${TF_S:-150}" tests/test_integration_transformers.py ;;
     demo) python3 -m flint_attention 2>&1 | tee "$OUT/demo.log" | tail -15; note "demo rc=$?" ;;
   esac
 done
