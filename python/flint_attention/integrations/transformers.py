@@ -554,7 +554,7 @@ def greedy_decode(model, cache: FlintPagedCache, input_ids: torch.Tensor, attent
     that the cache holds every emitted token but p_a, the next round's last.
     Each p_i is the target's greedy token after the tokens before it, so the
     tokens are plain greedy decoding's. k: the draft's
-    ``num_assistant_tokens`` (transformers' default, 20, when unset), at most
+    ``num_assistant_tokens`` (as many as fit when unset), at most
     7 (T at most the op's 8) and no more than makes max_new_tokens.
 
     Returns the sequences ``[B, P + max_new_tokens]`` and the logits of each
@@ -569,7 +569,8 @@ def greedy_decode(model, cache: FlintPagedCache, input_ids: torch.Tensor, attent
     logits = [model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                     past_key_values=cache, use_cache=True).logits[:, -1]]
     tokens = [logits[0].argmax(-1, keepdim=True)]  # the new tokens, in pieces; the last one is not cached yet
-    most = 0 if draft is None else min(draft.generation_config.num_assistant_tokens or 20, MAX_QUERY_TOKENS - 1)
+    most = 0 if draft is None else min(draft.generation_config.num_assistant_tokens or MAX_QUERY_TOKENS,
+                                       MAX_QUERY_TOKENS - 1)
     produced = 1
     while produced < max_new_tokens:
         proposal = tokens[-1][:, -1:]
